@@ -1,0 +1,183 @@
+package chunkstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/cairnfs/cairn/chunkstore/backend"
+)
+
+// indexCache keeps verified copies of a store's index files on local disk,
+// under <CacheDir>/<store ID>/index/, so that Open fetches only index files it
+// has not seen.
+type indexCache struct {
+	dir string
+}
+
+func openIndexCache(cacheDir, storeID string) (*indexCache, error) {
+	dir := filepath.Join(cacheDir, storeID, "index")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create index cache %s: %w", dir, err)
+	}
+	return &indexCache{dir: dir}, nil
+}
+
+func (c *indexCache) path(id ID) string { return filepath.Join(c.dir, id.String()) }
+
+func (c *indexCache) load(id ID) ([]byte, bool) {
+	data, err := os.ReadFile(c.path(id))
+	return data, err == nil
+}
+
+// store writes a verified index file to the cache, atomically. Failures are
+// ignored: the file is fetched again next time.
+func (c *indexCache) store(id ID, data []byte) {
+	tmp, err := os.CreateTemp(c.dir, ".tmp-*")
+	if err != nil {
+		return
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), c.path(id))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+}
+
+// prune removes cached index files the backend no longer lists.
+func (c *indexCache) prune(live map[ID]bool) {
+	entries, err := os.ReadDir(c.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		id, err := ParseID(e.Name())
+		if err != nil || !live[id] {
+			os.Remove(filepath.Join(c.dir, e.Name()))
+		}
+	}
+}
+
+// loadIndex lists the backend's index files and loads each into memory,
+// from the cache when it has a verified copy. Files are added to the
+// in-memory index as they arrive and then dropped, so loading costs little
+// more memory than the index itself.
+func (s *Store) loadIndex(ctx context.Context) error {
+	var ids []ID
+	var total int64
+	err := s.be.List(ctx, "index/", func(info backend.Info) error {
+		name := strings.TrimPrefix(info.Key, "index/")
+		id, err := ParseID(name)
+		if err != nil {
+			return nil // not ours; ignore
+		}
+		ids = append(ids, id)
+		total += info.Size
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("list index files: %w", err)
+	}
+	// An index entry takes about 41 bytes on disk.
+	s.idx.reserve(int(total / 41))
+	superseded, err := s.loadIndexFiles(ctx, ids, nil)
+	if err != nil {
+		return err
+	}
+	if len(superseded) > 0 {
+		// Rare: a file that supersedes others was loaded alongside them.
+		// Load again without the superseded ones, so that their (possibly
+		// deleted) packs are never consulted.
+		s.idx = newMemIndex()
+		if _, err := s.loadIndexFiles(ctx, ids, superseded); err != nil {
+			return err
+		}
+	}
+	if s.cache != nil {
+		live := make(map[ID]bool, len(ids))
+		for _, id := range ids {
+			live[id] = true
+		}
+		s.cache.prune(live)
+	}
+	return nil
+}
+
+// loadIndexFiles adds the index files ids, except those in skip, to the
+// in-memory index, reading up to 8 at once. It returns the IDs that the
+// loaded files supersede, among those loaded.
+func (s *Store) loadIndexFiles(ctx context.Context, ids []ID, skip map[ID]bool) (map[ID]bool, error) {
+	loaded := make(map[ID]bool, len(ids))
+	for _, id := range ids {
+		loaded[id] = !skip[id]
+	}
+	var (
+		mu         sync.Mutex
+		errs       []error
+		superseded = map[ID]bool{}
+		sem        = make(chan struct{}, 8)
+		wg         sync.WaitGroup
+	)
+	for _, id := range ids {
+		if skip[id] {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f, err := s.readIndexFile(ctx, id)
+			if err == nil {
+				for _, p := range f.Packs {
+					s.idx.addPack(p.ID, p.Entries)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			for _, old := range f.Supersedes {
+				if loaded[old] {
+					superseded[old] = true
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return superseded, errors.Join(errs...)
+}
+
+func (s *Store) readIndexFile(ctx context.Context, id ID) (*indexFile, error) {
+	if s.cache != nil {
+		if data, ok := s.cache.load(id); ok && s.hasher.Sum(data) == id {
+			if f, err := decodeIndex(data); err == nil {
+				return f, nil
+			}
+		}
+	}
+	data, err := backend.ReadAll(ctx, s.be, indexKey(id))
+	if err != nil {
+		return nil, fmt.Errorf("read index file %s: %w", id.Short(), err)
+	}
+	if got := s.hasher.Sum(data); got != id {
+		return nil, fmt.Errorf("%w: index file %s does not match its name (hashes to %s): it is corrupt, or the store's hash key in config was changed", ErrCorrupt, id, got.Short())
+	}
+	f, err := decodeIndex(data)
+	if err != nil {
+		return nil, fmt.Errorf("index file %s: %w", id.Short(), err)
+	}
+	if s.cache != nil {
+		s.cache.store(id, data)
+	}
+	return f, nil
+}

@@ -1,0 +1,172 @@
+package chunkstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/cairnfs/cairn/chunkstore/cdc"
+)
+
+// FileContent is where a regular file's bytes live in the store: either a
+// direct chunk list, or (for large files) chunk-list blobs. Size is the file
+// length: the sum of the chunk sizes.
+type FileContent struct {
+	Size       uint64
+	Chunks     []ChunkRef
+	ChunkLists []ChunkListRef
+}
+
+// chunkJob is one chunk handed to the store's workers to hash, dedupe,
+// compress and pack.
+type chunkJob struct {
+	ctx  context.Context
+	buf  *[]byte // pooled copy of the chunk
+	ref  *ChunkRef
+	call *ingestCall
+}
+
+// ingestCall collects the outcome of one PutFile's jobs.
+type ingestCall struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	err  error
+	refs []*ChunkRef
+}
+
+func (c *ingestCall) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+}
+
+var (
+	chunkBufs = sync.Pool{New: func() any { return new([]byte) }}
+	chunkers  sync.Pool // *cdc.Chunker: their 4 MiB buffers are worth keeping
+)
+
+func (s *Store) worker() {
+	defer s.workerWG.Done()
+	for j := range s.jobs {
+		data := *j.buf
+		id := s.hasher.Sum(data)
+		*j.ref = ChunkRef{ID: id, Size: uint64(len(data))}
+		if _, err := s.putBlobID(j.ctx, KindData, id, data); err != nil {
+			j.call.fail(err)
+		}
+		chunkBufs.Put(j.buf)
+		j.call.wg.Done()
+	}
+}
+
+// PutFile chunks r with the store's content-defined chunker and stores every
+// chunk (deduplicated, compressed, packed). Chunks of one file are hashed and
+// compressed in parallel by the store's workers; callers ingesting many small
+// files get parallelism by calling PutFile from several goroutines. The
+// content is durable once a later Flush returns.
+func (s *Store) PutFile(ctx context.Context, r io.Reader) (FileContent, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.life.RLock() // keeps s.jobs open until this call is done
+	s.mu.Unlock()
+	defer s.life.RUnlock()
+	if closed {
+		return FileContent{}, ErrClosed
+	}
+
+	ch, _ := chunkers.Get().(*cdc.Chunker)
+	if ch == nil {
+		ch = cdc.NewChunker(r, s.cutter)
+	} else {
+		ch.Reset(r)
+	}
+	defer func() {
+		ch.Reset(nil)
+		chunkers.Put(ch)
+	}()
+
+	call := &ingestCall{}
+	var held *[]byte // the latest chunk, dispatched once we know it is not the only one
+	dispatch := func(buf *[]byte) {
+		ref := new(ChunkRef)
+		call.refs = append(call.refs, ref)
+		call.wg.Add(1)
+		s.jobs <- chunkJob{ctx: ctx, buf: buf, ref: ref, call: call}
+	}
+	var readErr error
+	for {
+		c, err := ch.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				readErr = err
+			}
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			readErr = err
+			break
+		}
+		buf := chunkBufs.Get().(*[]byte)
+		*buf = append((*buf)[:0], c.Data...)
+		if held != nil {
+			dispatch(held)
+		}
+		held = buf
+	}
+	if held != nil {
+		if len(call.refs) == 0 && readErr == nil {
+			// A one-chunk file, the common case: no hand-off to workers.
+			data := *held
+			id := s.hasher.Sum(data)
+			ref := &ChunkRef{ID: id, Size: uint64(len(data))}
+			call.refs = append(call.refs, ref)
+			if _, err := s.putBlobID(ctx, KindData, id, data); err != nil {
+				call.fail(err)
+			}
+			chunkBufs.Put(held)
+		} else {
+			dispatch(held)
+		}
+	}
+	call.wg.Wait()
+	if readErr != nil {
+		return FileContent{}, fmt.Errorf("read file content: %w", readErr)
+	}
+	if call.err != nil {
+		return FileContent{}, call.err
+	}
+	chunks := make([]ChunkRef, len(call.refs))
+	var size uint64
+	for i, r := range call.refs {
+		chunks[i] = *r
+		size += r.Size
+	}
+	return s.fileContent(ctx, chunks, size)
+}
+
+// fileContent turns a chunk list into a FileContent, moving long lists into
+// chunk-list blobs.
+func (s *Store) fileContent(ctx context.Context, chunks []ChunkRef, size uint64) (FileContent, error) {
+	direct, lists := SplitChunks(chunks, 0)
+	fc := FileContent{Size: size, Chunks: direct}
+	for _, l := range lists {
+		data, err := EncodeChunkList(&ChunkList{Chunks: l})
+		if err != nil {
+			return FileContent{}, err
+		}
+		id, _, err := s.PutBlob(ctx, KindChunkList, data)
+		if err != nil {
+			return FileContent{}, err
+		}
+		var n uint64
+		for _, c := range l {
+			n += c.Size
+		}
+		fc.ChunkLists = append(fc.ChunkLists, ChunkListRef{ID: id, Size: n, Count: uint32(len(l))})
+	}
+	return fc, nil
+}

@@ -1,0 +1,94 @@
+package chunkstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cairnfs/cairn/chunkstore/backend"
+)
+
+func snapshotKey(id ID) string { return "snapshots/" + id.String() }
+
+// PutTree stores a directory tree blob and returns its ID.
+func (s *Store) PutTree(ctx context.Context, t *Tree) (ID, error) {
+	data, err := EncodeTree(t)
+	if err != nil {
+		return ID{}, err
+	}
+	id, _, err := s.PutBlob(ctx, KindTree, data)
+	return id, err
+}
+
+// Tree loads and decodes a tree blob.
+func (s *Store) Tree(ctx context.Context, id ID) (*Tree, error) {
+	kind, data, err := s.blob(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("tree: %w", err)
+	}
+	if kind != KindTree {
+		return nil, fmt.Errorf("%w: blob %s is a %s blob, not a tree", ErrCorrupt, id.Short(), kind)
+	}
+	t, err := DecodeTree(data)
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", id.Short(), err)
+	}
+	return t, nil
+}
+
+// PutSnapshot makes everything stored so far durable (Flush), then writes the
+// snapshot record, and returns its ID. The record never reaches the backend
+// before the blobs it refers to; the root tree must be in the store.
+func (s *Store) PutSnapshot(ctx context.Context, snap *Snapshot) (ID, error) {
+	if !s.Has(snap.Root) {
+		return ID{}, fmt.Errorf("%w: snapshot root tree %s is not in the store", ErrNotFound, snap.Root.Short())
+	}
+	data, err := EncodeSnapshot(snap)
+	if err != nil {
+		return ID{}, err
+	}
+	if err := s.Flush(ctx); err != nil {
+		return ID{}, err
+	}
+	id := s.hasher.Sum(data)
+	if _, err := s.be.Put(ctx, snapshotKey(id), bytes.NewReader(data), backend.Condition{}); err != nil {
+		return ID{}, fmt.Errorf("write snapshot %s: %w", id.Short(), err)
+	}
+	return id, nil
+}
+
+// Snapshot reads a snapshot record, verified against its ID.
+func (s *Store) Snapshot(ctx context.Context, id ID) (*Snapshot, error) {
+	data, err := backend.ReadAll(ctx, s.be, snapshotKey(id))
+	if err != nil {
+		if errors.Is(err, backend.ErrNotFound) {
+			return nil, fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
+		}
+		return nil, fmt.Errorf("read snapshot %s: %w", id.Short(), err)
+	}
+	if got := s.hasher.Sum(data); got != id {
+		return nil, fmt.Errorf("%w: snapshot record %s does not match its ID (hashes to %s)", ErrCorrupt, id, got.Short())
+	}
+	snap, err := DecodeSnapshot(data)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", id.Short(), err)
+	}
+	return snap, nil
+}
+
+// Snapshots lists the IDs of every snapshot record in the store.
+func (s *Store) Snapshots(ctx context.Context) ([]ID, error) {
+	var ids []ID
+	err := s.be.List(ctx, "snapshots/", func(info backend.Info) error {
+		if id, err := ParseID(strings.TrimPrefix(info.Key, "snapshots/")); err == nil {
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	return ids, nil
+}

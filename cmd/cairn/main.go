@@ -1,0 +1,17 @@
+// Command cairn is the command-line interface of the cairn workspace
+// filesystem. See the README for the verbs.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newApp().RunContext(ctx, os.Args)
+	stop()
+	os.Exit(exitCode(os.Stderr, err))
+}
