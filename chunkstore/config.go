@@ -14,8 +14,8 @@ import (
 // ConfigVersion is the store format version this build writes and reads.
 const ConfigVersion = 1
 
-// Defaults for a new store. The chunker defaults are FastCDC's usual 16/64/256
-// KiB; see the README for the measurements behind them.
+// Defaults for a new store. The chunker defaults are cdc.DefaultParams
+// (8/32/128 KiB); see the README for the measurements behind them.
 const (
 	DefaultPackSize         = 16 << 20
 	DefaultCompressionLevel = 1 // zstd "fastest"
@@ -55,7 +55,7 @@ type CompressionConfig struct {
 // InitOptions tune a new store. The zero value gives the defaults.
 type InitOptions struct {
 	// ChunkMin, ChunkAvg, ChunkMax override the chunk sizes in bytes
-	// (default 16 KiB, 64 KiB, 256 KiB). Set all three or none.
+	// (default 8 KiB, 32 KiB, 128 KiB). Set all three or none.
 	ChunkMin, ChunkAvg, ChunkMax int
 	// CompressionLevel is the zstd level, 1 (fastest, default) to 4 (best);
 	// -1 disables compression.
@@ -75,14 +75,15 @@ func newConfig(opts InitOptions) (*Config, error) {
 		return nil, fmt.Errorf("generate store ID: %w", err)
 	}
 	seedSum := NewHasher(key).Sum([]byte("cairn fastcdc gear seed"))
+	def := cdc.DefaultParams()
 	cfg := &Config{
 		Version: ConfigVersion,
 		ID:      hex.EncodeToString(sid[:]),
 		Created: time.Now().UTC().Truncate(time.Second),
 		HashKey: hex.EncodeToString(key[:]),
 		Chunker: ChunkerConfig{
-			Algorithm: "fastcdc", Min: 16 << 10, Avg: 64 << 10, Max: 256 << 10,
-			Normalization: 2, Seed: binary.LittleEndian.Uint64(seedSum[:8]),
+			Algorithm: "fastcdc", Min: def.Min, Avg: def.Avg, Max: def.Max,
+			Normalization: def.Normalization, Seed: binary.LittleEndian.Uint64(seedSum[:8]),
 		},
 		Compression: CompressionConfig{Algorithm: "zstd", Level: DefaultCompressionLevel},
 		PackSize:    DefaultPackSize,

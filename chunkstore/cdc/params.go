@@ -19,16 +19,16 @@ const (
 // its config: changing any field changes every chunk boundary, and with it
 // deduplication against everything already stored.
 type Params struct {
-	// Min is the minimum chunk size in bytes (default 16 KiB). No boundary is
+	// Min is the minimum chunk size in bytes (default 8 KiB). No boundary is
 	// searched for in the first Min bytes of a chunk. At least MinMin and less
 	// than Avg.
 	Min int
-	// Avg is the target ("normal") chunk size in bytes (default 64 KiB). It
+	// Avg is the target ("normal") chunk size in bytes (default 32 KiB). It
 	// must be a power of two, greater than Min and less than Max. With the
 	// default Min = Avg/4 the measured mean chunk size on random data is
 	// about 1.1 x Avg, because no cut is made in the first Min bytes.
 	Avg int
-	// Max is the maximum chunk size in bytes (default 256 KiB). A chunk that
+	// Max is the maximum chunk size in bytes (default 128 KiB). A chunk that
 	// reaches Max bytes without a boundary is cut there. At most MaxMax.
 	Max int
 	// Normalization is the FastCDC normalization level, 0 to 3 (default 2).
@@ -42,13 +42,17 @@ type Params struct {
 	Seed uint64
 }
 
-// DefaultParams returns the parameters of a new store: Min 16 KiB, Avg
-// 64 KiB, Max 256 KiB, Normalization 2, Seed 0.
+// DefaultParams returns the parameters of a new store: Min 8 KiB, Avg
+// 32 KiB, Max 128 KiB, Normalization 2, Seed 0. The usual FastCDC default is
+// 16/64/256 KiB; BenchmarkParamStudy measured that for agent workspaces 32 KiB
+// stores 31% less for scattered in-place page writes (SQLite) and 17% less for
+// source edits than 64 KiB, for twice the chunk metadata (0.24% of the data)
+// and no measurable loss of ingest speed or compression (see the README).
 func DefaultParams() Params {
 	return Params{
-		Min:           16 << 10,
-		Avg:           64 << 10,
-		Max:           256 << 10,
+		Min:           8 << 10,
+		Avg:           32 << 10,
+		Max:           128 << 10,
 		Normalization: 2,
 		Seed:          0,
 	}

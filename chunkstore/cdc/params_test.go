@@ -68,7 +68,7 @@ func TestParams_Validate(t *testing.T) {
 
 func TestDefaultParams(t *testing.T) {
 	p := DefaultParams()
-	want := Params{Min: 16 << 10, Avg: 64 << 10, Max: 256 << 10, Normalization: 2, Seed: 0}
+	want := Params{Min: 8 << 10, Avg: 32 << 10, Max: 128 << 10, Normalization: 2, Seed: 0}
 	if p != want {
 		t.Fatalf("DefaultParams() = %+v, want %+v", p, want)
 	}
@@ -91,8 +91,7 @@ func TestSpreadMask(t *testing.T) {
 
 func TestNewCutter_Masks(t *testing.T) {
 	for nc := 0; nc <= MaxNormalization; nc++ {
-		p := DefaultParams()
-		p.Normalization = nc
+		p := Params{Min: 16 << 10, Avg: 64 << 10, Max: 256 << 10, Normalization: nc} // log2(Avg) = 16
 		c := mustCutter(t, p)
 		if got, want := bits.OnesCount64(c.maskS), 16+nc; got != want {
 			t.Errorf("Normalization %d: maskS has %d bits, want %d", nc, got, want)

@@ -161,7 +161,16 @@ func (b *Backend) Put(ctx context.Context, key string, body io.ReadSeeker, cond 
 		h = blake3.New()
 		w = io.MultiWriter(tmp, h)
 	}
-	n, err := io.Copy(w, readerCtx{ctx, body})
+	var n int64
+	if wt, ok := body.(io.WriterTo); ok && h == nil {
+		// One write for an in-memory body (a pack), not a 32 KiB loop.
+		n, err = wt.WriteTo(w)
+	} else {
+		n, err = io.Copy(w, readerCtx{ctx, body})
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
 	if err != nil {
 		return backend.Info{}, fmt.Errorf("put %s: %w", key, mapErr(err))
 	}
