@@ -44,10 +44,7 @@ func (c *ingestCall) fail(err error) {
 	c.mu.Unlock()
 }
 
-var (
-	chunkBufs = sync.Pool{New: func() any { return new([]byte) }}
-	chunkers  sync.Pool // *cdc.Chunker: their 4 MiB buffers are worth keeping
-)
+var chunkBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 func (s *Store) worker() {
 	defer s.workerWG.Done()
@@ -78,7 +75,10 @@ func (s *Store) PutFile(ctx context.Context, r io.Reader) (FileContent, error) {
 		return FileContent{}, ErrClosed
 	}
 
-	ch, _ := chunkers.Get().(*cdc.Chunker)
+	// Chunkers are pooled per store: each carries its store's cutter (the
+	// gear table is seeded from the store key), so one must never cut
+	// another store's data.
+	ch, _ := s.chunkers.Get().(*cdc.Chunker)
 	if ch == nil {
 		ch = cdc.NewChunker(r, s.cutter)
 	} else {
@@ -86,7 +86,7 @@ func (s *Store) PutFile(ctx context.Context, r io.Reader) (FileContent, error) {
 	}
 	defer func() {
 		ch.Reset(nil)
-		chunkers.Put(ch)
+		s.chunkers.Put(ch)
 	}()
 
 	call := &ingestCall{}

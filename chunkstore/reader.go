@@ -61,6 +61,16 @@ func (s *Store) OpenFile(ctx context.Context, c FileContent) (*FileReader, error
 // Size returns the file's length.
 func (f *FileReader) Size() int64 { return int64(f.size) }
 
+// ChunkSizes returns the sizes of the file's chunks (holes included), in
+// file order.
+func (f *FileReader) ChunkSizes() []uint64 {
+	sizes := make([]uint64, len(f.chunks))
+	for i, c := range f.chunks {
+		sizes[i] = c.Size
+	}
+	return sizes
+}
+
 // ReadAt implements io.ReaderAt.
 func (f *FileReader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {

@@ -49,6 +49,7 @@ type Store struct {
 	ctx      context.Context // for background uploads; cancelled by Close
 	cancel   context.CancelFunc
 	jobs     chan chunkJob
+	chunkers sync.Pool // *cdc.Chunker with this store's cutter
 	workerWG sync.WaitGroup
 
 	flushMu sync.Mutex   // one Flush at a time

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/cairnfs/cairn/chunkstore"
 	"github.com/cairnfs/cairn/chunkstore/backend"
 	"github.com/cairnfs/cairn/chunkstore/backend/local"
+	"github.com/cairnfs/cairn/chunkstore/cdc"
 	"github.com/cairnfs/cairn/chunkstore/chunkstoretest"
 )
 
@@ -614,5 +616,39 @@ func TestInit_RefusesBackendWithoutConditionalPut(t *testing.T) {
 	be.List(ctx, "", func(i backend.Info) error { keys = append(keys, i.Key); return nil })
 	if len(keys) != 0 {
 		t.Fatalf("init left objects behind: %v", keys)
+	}
+}
+
+// Stores have different keys and so different chunk boundaries. Each store
+// must cut exactly as its own config says, whatever other stores in the
+// process did before (a chunker pool shared by all stores once made a store
+// cut with another store's gear table, which broke dedupe after a restart).
+func TestStore_ChunksWithItsOwnParams(t *testing.T) {
+	data := randData(11, 4<<20)
+	for i := range 3 {
+		s := chunkstoretest.NewStore(t, chunkstoretest.LocalBackend(t), chunkstore.InitOptions{}, chunkstore.Options{})
+		fc, err := s.PutFile(ctx, bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := s.Config().Chunker
+		cutter, err := cdc.NewCutter(cdc.Params{Min: c.Min, Avg: c.Avg, Max: c.Max, Normalization: c.Normalization, Seed: c.Seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []uint64
+		for rest := data; len(rest) > 0; {
+			n := cutter.Cut(rest)
+			want = append(want, uint64(n))
+			rest = rest[n:]
+		}
+		f, err := s.OpenFile(ctx, fc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := f.ChunkSizes()
+		if !slices.Equal(got, want) {
+			t.Fatalf("store %d: %d chunks, want %d as its config's parameters cut them", i, len(got), len(want))
+		}
 	}
 }
