@@ -245,24 +245,23 @@ func (s *Store) Stats() Stats {
 	return st
 }
 
-// Close flushes pending blobs (see Flush), stops background work and
-// releases memory. It returns Flush's error, if any: then the data that was
-// not flushed is lost, and the caller must report it.
+// Close refuses new writes (they fail with ErrClosed), waits for writes in
+// progress, flushes (see Flush), stops background work and releases memory.
+// It returns the flush's error, if any: then the data that was not flushed
+// is lost, and the caller must report it.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil
 	}
-	s.mu.Unlock()
-	err := s.Flush(context.Background())
-	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	s.life.Lock() // wait for running PutFile calls
+	s.life.Lock() // wait for PutFile calls in progress
 	close(s.jobs)
 	s.life.Unlock()
 	s.workerWG.Wait()
+	err := s.flush(context.Background())
 	s.cancel()
 	s.mu.Lock()
 	for s.uploaders > 0 {

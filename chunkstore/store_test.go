@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -651,4 +652,46 @@ func TestStore_ChunksWithItsOwnParams(t *testing.T) {
 			t.Fatalf("store %d: %d chunks, want %d as its config's parameters cut them", i, len(got), len(want))
 		}
 	}
+}
+
+// Close flushes what was written before it, and writes racing with it fail
+// loudly (ErrClosed) rather than vanish.
+func TestStore_CloseFlushesAndRefuses(t *testing.T) {
+	be := chunkstoretest.LocalBackend(t)
+	s := chunkstoretest.NewStore(t, be, chunkstore.InitOptions{}, chunkstore.Options{})
+	data := textData(12, 3<<20)
+	fc, err := s.PutFile(ctx, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var ok, refused, other atomic.Int32
+	for i := range 8 {
+		wg.Go(func() {
+			_, err := s.PutFile(ctx, bytes.NewReader(randData(uint64(200+i), 1<<20)))
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, chunkstore.ErrClosed):
+				refused.Add(1)
+			default:
+				other.Add(1)
+			}
+		})
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	wg.Wait()
+	if other.Load() != 0 {
+		t.Fatalf("%d writes racing Close failed with something other than ErrClosed", other.Load())
+	}
+	if _, err := s.PutFile(ctx, bytes.NewReader(data)); !errors.Is(err, chunkstore.ErrClosed) {
+		t.Fatalf("PutFile after Close: err = %v, want ErrClosed", err)
+	}
+	s2 := reopen(t, be, chunkstore.Options{})
+	if got := readAll(t, s2, fc); !bytes.Equal(got, data) {
+		t.Fatal("data written before Close was lost")
+	}
+	t.Logf("racing writes: %d stored, %d refused", ok.Load(), refused.Load())
 }

@@ -248,13 +248,19 @@ func (s *Store) uploadPack(p *openPack) error {
 // Flush. Packs always reach the backend before the index file that lists
 // them.
 func (s *Store) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	return s.flush(ctx)
+}
+
+func (s *Store) flush(ctx context.Context) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
-	}
 	if len(s.failed) > 0 { // retry what failed before
 		s.queue = append(s.failed, s.queue...)
 		s.failed = nil
