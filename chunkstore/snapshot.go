@@ -51,6 +51,17 @@ const (
 	workspaceNameMax = 128
 )
 
+// RootAttr is the root directory's own stat data in a snapshot.
+type RootAttr struct {
+	Mode   uint32  `json:"mode"` // permission bits incl. suid/sgid/sticky
+	UID    uint32  `json:"uid"`
+	GID    uint32  `json:"gid"`
+	Atime  int64   `json:"atime"` // ns since the Unix epoch
+	Mtime  int64   `json:"mtime"`
+	Ctime  int64   `json:"ctime"`
+	Xattrs []Xattr `json:"xattrs,omitempty"`
+}
+
 // Snapshot is an immutable record of one state of a workspace.
 type Snapshot struct {
 	// Version is the record's format version: set by DecodeSnapshot,
@@ -58,6 +69,13 @@ type Snapshot struct {
 	Version int `json:"-"`
 	// Root is the ID of the root directory's tree (non-zero).
 	Root ID `json:"root"`
+	// RootAttr holds the root directory's own attributes, which no tree
+	// entry carries.
+	RootAttr RootAttr `json:"root_attr"`
+	// NextIno is above every inode number the snapshot's trees use, so a
+	// workspace opened on it can number new inodes without loading every
+	// tree first. Zero in records that predate it.
+	NextIno uint64 `json:"next_ino,omitempty"`
 	// Parents are the IDs of the parent snapshot records (non-zero,
 	// distinct), first parent first; none for a workspace's first snapshot.
 	Parents []ID `json:"parents,omitempty"`

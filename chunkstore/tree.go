@@ -111,8 +111,8 @@ func (t EntryType) Valid() bool { return t >= TypeRegular && t <= TypeBlockDev }
 
 // Xattr is one extended attribute.
 type Xattr struct {
-	Name  string
-	Value []byte // an empty value decodes as nil
+	Name  string `json:"name"`
+	Value []byte `json:"value,omitempty"` // an empty value decodes as nil
 }
 
 // Entry is one name in a directory, with its inode's stat data and content.

@@ -1,0 +1,388 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/cairnfs/cairn/chunkstore"
+)
+
+// SnapshotOptions describe a snapshot.
+type SnapshotOptions struct {
+	Message    string
+	Labels     map[string]string
+	Provenance map[string]string
+}
+
+// Snapshot commits the live state as a new snapshot of the workspace and
+// moves the workspace's ref to it. The cut is consistent: operations are
+// serialised, so every operation that returned before Snapshot started is in
+// it and none that starts later is. The work is O(changed): only
+// directories on a path to a change get new trees, only changed files are
+// read and chunked.
+//
+// Order, for the durability contract: blobs and index, then the snapshot
+// record (chunkstore.PutSnapshot), then a pending marker in the journal,
+// then the ref (compare-and-swap), then the journal's own records. A crash
+// at any point leaves a journal that reopens to the state before or after
+// the snapshot (see resolvePending).
+func (j *Journal) Snapshot(ctx context.Context, opts SnapshotOptions) (chunkstore.ID, error) {
+	if err := j.lock(); err != nil {
+		return chunkstore.ID{}, err
+	}
+	defer j.mu.Unlock()
+	return j.snapshotLocked(ctx, opts)
+}
+
+// committer builds the trees of one snapshot.
+type committer struct {
+	j       *Journal
+	ctx     context.Context
+	txn     *badger.Txn
+	files   map[Ino]committedFile // dirty files ingested in this commit (hardlinks: once)
+	updates []*inode                       // records to save after the ref moved
+	changes []chunkstore.Change
+	stats   chunkstore.SnapshotStats
+	counted map[uint64]bool // inodes counted in ChangedFiles (hardlinks: once)
+}
+
+func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions) (chunkstore.ID, error) {
+	before := j.store.Stats()
+	c := &committer{j: j, ctx: ctx, files: make(map[Ino]committedFile), counted: make(map[uint64]bool)}
+	var rootTree chunkstore.ID
+	var root *inode
+	var rootXattrs []chunkstore.Xattr
+	err := j.db.View(func(txn *badger.Txn) error {
+		c.txn = txn
+		var err error
+		if root, err = j.getInode(txn, RootIno); err != nil {
+			return err
+		}
+		if rootXattrs, err = j.xattrs(txn, RootIno); err != nil {
+			return err
+		}
+		rootTree, err = c.dir(root, "")
+		return err
+	})
+	if err != nil {
+		return chunkstore.ID{}, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+	}
+	after := j.store.Stats()
+	c.stats.Files, c.stats.Dirs, c.stats.Symlinks, c.stats.Others = j.m.Files, j.m.Dirs, j.m.Symlinks, j.m.Others
+	c.stats.Bytes = j.m.Bytes
+	c.stats.NewBlobs = after.NewBlobs - before.NewBlobs
+	c.stats.NewBytes = after.NewStoredBytes - before.NewStoredBytes
+	now := j.cfg.Clock()
+	snap := &chunkstore.Snapshot{
+		Root: rootTree,
+		RootAttr: chunkstore.RootAttr{Mode: root.Mode, UID: root.UID, GID: root.GID,
+			Atime: root.Atime, Mtime: root.Mtime, Ctime: root.Ctime, Xattrs: rootXattrs},
+		NextIno:      j.m.NextIno,
+		Workspace:    j.cfg.Workspace,
+		Seq:          j.m.Seq + 1,
+		Time:         time.Unix(0, now).UTC(),
+		Message:      opts.Message,
+		Labels:       opts.Labels,
+		Host:         j.cfg.Host,
+		CairnVersion: j.cfg.Version,
+		Provenance:   opts.Provenance,
+		Stats:        c.stats,
+		Changes:      c.changes,
+	}
+	if !j.m.Base.IsZero() {
+		snap.Parents = []chunkstore.ID{j.m.Base}
+	}
+	id, err := j.store.PutSnapshot(ctx, snap)
+	if err != nil {
+		return chunkstore.ID{}, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+	}
+	j.m.Pending = id
+	if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
+		return chunkstore.ID{}, err
+	}
+	ref, err := j.store.SetRef(ctx, j.cfg.Workspace, id, j.ref)
+	if err != nil {
+		j.m.Pending = chunkstore.ID{}
+		_ = j.update(func(*badger.Txn) error { return nil })
+		return chunkstore.ID{}, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+	}
+	j.ref = &ref
+	// The snapshot is done. Bring the journal's records up to date: the
+	// new tree IDs and file contents become the base of the next commit.
+	for start := 0; start < len(c.updates); start += loadBatch {
+		batch := c.updates[start:min(start+loadBatch, len(c.updates))]
+		if err := j.db.Update(func(txn *badger.Txn) error {
+			for _, n := range batch {
+				if err := j.putInode(txn, n); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return id, fmt.Errorf("%w: snapshot %s is done, but recording it in the journal failed: %v", ErrIO, id.Short(), err)
+		}
+	}
+	j.m.Base, j.m.Seq, j.m.Pending = id, snap.Seq, chunkstore.ID{}
+	j.m.Committed, j.m.Gen = j.m.Gen, j.m.Gen+1
+	if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
+		return id, fmt.Errorf("snapshot %s is done, but recording it in the journal failed: %w", id.Short(), err)
+	}
+	return id, nil
+}
+
+// resolvePending finishes or forgets a snapshot that was being committed
+// when the journal stopped. If the ref points at it, it happened: it becomes
+// the base, but the dirty set stays dirty (the journal's records may not all
+// have been updated), so the next snapshot re-reads those files, which
+// dedupe to the same chunks. Otherwise it never became the head: forget it.
+func (j *Journal) resolvePending() error {
+	pending := j.m.Pending
+	j.m.Pending = chunkstore.ID{}
+	if j.ref != nil && j.ref.Snapshot == pending {
+		snap, err := j.store.Snapshot(context.Background(), pending)
+		if err != nil {
+			return fmt.Errorf("finish interrupted snapshot %s: %w", pending.Short(), err)
+		}
+		j.m.Base, j.m.Seq = pending, snap.Seq
+	}
+	return j.update(func(*badger.Txn) error { return nil })
+}
+
+// dir returns the tree ID of directory n, building new trees for it and its
+// dirty descendants.
+func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
+	j := c.j
+	dirty, err := j.isDirty(c.txn, n.Ino)
+	if err != nil {
+		return chunkstore.ID{}, err
+	}
+	if !n.Loaded || (!dirty && !n.Tree.IsZero()) {
+		return n.Tree, nil
+	}
+	prefix := dentryPrefix(j.m.Epoch, n.Ino)
+	it := c.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+	type dent struct {
+		name string
+		ino  Ino
+	}
+	var dents []dent
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		name := string(item.Key()[len(prefix):])
+		err := item.Value(func(v []byte) error {
+			child, _, ok := parseDentry(v)
+			if !ok {
+				return fmt.Errorf("%w: bad directory entry %q in %d", ErrIO, name, n.Ino)
+			}
+			dents = append(dents, dent{name, child})
+			return nil
+		})
+		if err != nil {
+			it.Close()
+			return chunkstore.ID{}, err
+		}
+	}
+	it.Close()
+
+	tree := &chunkstore.Tree{Entries: make([]chunkstore.Entry, 0, len(dents))}
+	for _, d := range dents {
+		cn, err := j.getInode(c.txn, d.ino)
+		if err != nil {
+			return chunkstore.ID{}, err
+		}
+		e, err := c.entry(cn, d.name, path)
+		if err != nil {
+			return chunkstore.ID{}, err
+		}
+		tree.Entries = append(tree.Entries, e)
+	}
+	id, err := j.store.PutTree(c.ctx, tree)
+	if err != nil {
+		return chunkstore.ID{}, err
+	}
+	if err := c.diff(n.Tree, tree, path); err != nil {
+		return chunkstore.ID{}, err
+	}
+	if id != n.Tree {
+		up := *n
+		up.Tree = id
+		c.updates = append(c.updates, &up)
+	}
+	return id, nil
+}
+
+// entry builds the tree entry of child cn named name.
+func (c *committer) entry(cn *inode, name, path string) (chunkstore.Entry, error) {
+	j := c.j
+	e := chunkstore.Entry{
+		Name: name, Type: cn.Type, Mode: cn.Mode, UID: cn.UID, GID: cn.GID,
+		Atime: cn.Atime, Mtime: cn.Mtime, Ctime: cn.Ctime, Size: cn.Size,
+		Ino: uint64(cn.Ino), Nlink: cn.Nlink, Rdev: cn.Rdev,
+	}
+	var err error
+	if e.Xattrs, err = j.xattrs(c.txn, cn.Ino); err != nil {
+		return e, err
+	}
+	switch cn.Type {
+	case TypeDir:
+		e.Size = 0
+		if e.Subtree, err = c.dir(cn, path+"/"+name); err != nil {
+			return e, err
+		}
+	case TypeSymlink:
+		e.Target = cn.Target
+	case TypeRegular:
+		fc, inline, err := c.fileContent(cn)
+		if err != nil {
+			return e, fmt.Errorf("%s/%s: %w", path, name, err)
+		}
+		e.Inline, e.Chunks, e.ChunkLists = inline, fc.Chunks, fc.ChunkLists
+	}
+	return e, nil
+}
+
+// fileContent returns a regular file's content for its tree entry: inline
+// bytes for tiny files, chunks otherwise. A dirty staged file is read from
+// its staging file and stored; any other file keeps its committed content.
+func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error) {
+	j := c.j
+	if cf, ok := c.files[n.Ino]; ok {
+		return cf.fc, cf.inline, nil
+	}
+	dirty, err := j.isDirty(c.txn, n.Ino)
+	if err != nil {
+		return chunkstore.FileContent{}, nil, err
+	}
+	if !n.Staged || !dirty {
+		return n.content(), n.Inline, nil
+	}
+	f, err := j.stagingFile(n.Ino, false)
+	if err != nil {
+		return chunkstore.FileContent{}, nil, j.dataErr("open staging file", n.Ino, err)
+	}
+	up := *n
+	var fc chunkstore.FileContent
+	if n.Size <= chunkstore.InlineMax {
+		buf := make([]byte, n.Size)
+		if _, err := f.ReadAt(buf, 0); err != nil && err != io.EOF {
+			return fc, nil, j.dataErr("read staging file", n.Ino, err)
+		}
+		up.Inline, up.Chunks, up.ChunkLists = nil, nil, nil
+		if n.Size > 0 {
+			up.Inline = buf
+		}
+		fc.Size = n.Size
+	} else {
+		fc, err = j.store.PutFile(c.ctx, io.NewSectionReader(f, 0, int64(n.Size)))
+		if err != nil {
+			return fc, nil, err
+		}
+		if fc.Size != n.Size {
+			return fc, nil, fmt.Errorf("%w: staging file of inode %d holds %d bytes, its size is %d", ErrIO, n.Ino, fc.Size, n.Size)
+		}
+		up.Inline, up.Chunks, up.ChunkLists = nil, fc.Chunks, fc.ChunkLists
+	}
+	c.files[n.Ino] = committedFile{fc: up.content(), inline: up.Inline}
+	c.updates = append(c.updates, &up)
+	return up.content(), up.Inline, nil
+}
+
+// committedFile is a dirty file's content as this commit stored it.
+type committedFile struct {
+	fc     chunkstore.FileContent
+	inline []byte
+}
+
+func (j *Journal) xattrs(txn *badger.Txn, ino Ino) ([]chunkstore.Xattr, error) {
+	prefix := xattrPrefix(j.m.Epoch, ino)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	var out []chunkstore.Xattr
+	for it.Rewind(); it.Valid(); it.Next() {
+		v, err := it.Item().ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(v) == 0 {
+			v = nil
+		}
+		out = append(out, chunkstore.Xattr{Name: string(it.Item().Key()[len(prefix):]), Value: v})
+	}
+	return out, nil
+}
+
+// diff records the changes between a directory's previous tree and its new
+// one. Directory entries are reported when added or removed, or when their
+// own metadata changed; changes inside them are reported by their own diff.
+func (c *committer) diff(old chunkstore.ID, cur *chunkstore.Tree, path string) error {
+	var prev *chunkstore.Tree
+	if !old.IsZero() {
+		var err error
+		if prev, err = c.j.store.Tree(c.ctx, old); err != nil {
+			return err
+		}
+	} else {
+		prev = &chunkstore.Tree{}
+	}
+	i, k := 0, 0
+	for i < len(prev.Entries) || k < len(cur.Entries) {
+		switch {
+		case k == len(cur.Entries) || (i < len(prev.Entries) && prev.Entries[i].Name < cur.Entries[k].Name):
+			e := &prev.Entries[i]
+			c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + e.Name, Op: chunkstore.ChangeRemoved, Size: e.Size})
+			i++
+		case i == len(prev.Entries) || cur.Entries[k].Name < prev.Entries[i].Name:
+			e := &cur.Entries[k]
+			c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + e.Name, Op: chunkstore.ChangeAdded, Size: e.Size})
+			c.countChanged(e)
+			k++
+		default:
+			a, b := &prev.Entries[i], &cur.Entries[k]
+			if op, ok := entryChange(a, b); ok {
+				c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + b.Name, Op: op, Size: b.Size})
+				if op == chunkstore.ChangeModified {
+					c.countChanged(b)
+				}
+			}
+			i++
+			k++
+		}
+	}
+	return nil
+}
+
+func (c *committer) countChanged(e *chunkstore.Entry) {
+	if e.Type == chunkstore.TypeRegular && !c.counted[e.Ino] {
+		c.counted[e.Ino] = true
+		c.stats.ChangedFiles++
+		c.stats.ChangedBytes += e.Size
+	}
+}
+
+// entryChange classifies how an entry changed: content (modified), or only
+// metadata. Times alone do not count, nor a directory's subtree (its own
+// diff reports what changed inside).
+func entryChange(a, b *chunkstore.Entry) (chunkstore.ChangeOp, bool) {
+	if a.Type != b.Type || a.Ino != b.Ino {
+		return chunkstore.ChangeModified, true
+	}
+	if b.Type == chunkstore.TypeRegular && (a.Size != b.Size || !bytes.Equal(a.Inline, b.Inline) ||
+		!slices.Equal(a.Chunks, b.Chunks) || !slices.Equal(a.ChunkLists, b.ChunkLists)) {
+		return chunkstore.ChangeModified, true
+	}
+	if b.Type == chunkstore.TypeSymlink && a.Target != b.Target {
+		return chunkstore.ChangeModified, true
+	}
+	if a.Mode != b.Mode || a.UID != b.UID || a.GID != b.GID || a.Rdev != b.Rdev || a.Nlink != b.Nlink || !slices.EqualFunc(a.Xattrs, b.Xattrs, func(x, y chunkstore.Xattr) bool {
+		return x.Name == y.Name && bytes.Equal(x.Value, y.Value)
+	}) {
+		return chunkstore.ChangeMetadataOnly, true
+	}
+	return 0, false
+}

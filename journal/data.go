@@ -1,0 +1,466 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
+)
+
+// File data. A clean regular file's bytes are its committed content (inline
+// in its record, or chunks in the store). The first change copies them into
+// a staging file (copy-up), which from then on holds the file's bytes and is
+// kept exactly Size long. The record's Size is authoritative: bytes a write
+// put in the staging file before its metadata transaction failed are beyond
+// Size, or overwrite bytes the failed write was entitled to change.
+
+// maxOpenStaging bounds the staging files kept open.
+const maxOpenStaging = 256
+
+func (j *Journal) stagingPath(ino Ino) string {
+	return filepath.Join(j.staging, strconv.FormatUint(uint64(ino), 10))
+}
+
+// stagingFile returns the open staging file of ino, opening it if needed.
+func (j *Journal) stagingFile(ino Ino, create bool) (*os.File, error) {
+	if f, ok := j.files[ino]; ok {
+		return f, nil
+	}
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(j.stagingPath(ino), flags, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if len(j.files) >= maxOpenStaging {
+		for other, of := range j.files {
+			of.Close()
+			delete(j.files, other)
+			break
+		}
+	}
+	j.files[ino] = f
+	return f, nil
+}
+
+// stage makes sure n has a staging file holding its current bytes (copy-up)
+// and returns it. With empty, the copy is skipped: the caller is about to
+// truncate to zero. Sets n.Staged; the caller saves n.
+func (j *Journal) stage(n *inode, empty bool) (*os.File, error) {
+	if n.Staged {
+		f, err := j.stagingFile(n.Ino, false)
+		if err != nil {
+			return nil, j.dataErr("open staging file", n.Ino, err)
+		}
+		return f, nil
+	}
+	f, err := j.stagingFile(n.Ino, true)
+	if err != nil {
+		return nil, j.dataErr("create staging file", n.Ino, err)
+	}
+	if !empty && n.Size > 0 {
+		if err := j.copyUp(n, f); err != nil {
+			f.Close()
+			delete(j.files, n.Ino)
+			os.Remove(j.stagingPath(n.Ino))
+			return nil, err
+		}
+	}
+	n.Staged = true
+	return f, nil
+}
+
+// copyUp writes n's committed content into the staging file f.
+func (j *Journal) copyUp(n *inode, f *os.File) error {
+	if len(n.Inline) > 0 {
+		if _, err := f.WriteAt(n.Inline, 0); err != nil {
+			return j.dataErr("copy-up", n.Ino, err)
+		}
+	} else {
+		r, err := j.store.OpenFile(context.Background(), n.content())
+		if err != nil {
+			return fmt.Errorf("%w: copy-up of inode %d: %v", ErrIO, n.Ino, err)
+		}
+		if _, err := r.WriteTo(&offsetWriter{f: f}); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return j.dataErr("copy-up", n.Ino, err)
+			}
+			return fmt.Errorf("%w: copy-up of inode %d: %v", ErrIO, n.Ino, err)
+		}
+	}
+	if err := f.Truncate(int64(n.Size)); err != nil {
+		return j.dataErr("copy-up", n.Ino, err)
+	}
+	return nil
+}
+
+type offsetWriter struct {
+	f   *os.File
+	off int64
+}
+
+func (w *offsetWriter) Write(p []byte) (int, error) {
+	n, err := w.f.WriteAt(p, w.off)
+	w.off += int64(n)
+	return n, err
+}
+
+// dataErr maps a staging-file error: a full disk is ErrNoSpace, anything
+// else ErrIO, both naming the inode.
+func (j *Journal) dataErr(op string, ino Ino, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("%s of inode %d: the journal's disk is full (%v): %w", op, ino, err, ErrNoSpace)
+	}
+	return fmt.Errorf("%s of inode %d: %v: %w", op, ino, err, ErrIO)
+}
+
+// Read reads up to len(p) bytes at off. At or past the end it returns 0.
+func (j *Journal) Read(ctx context.Context, ino Ino, p []byte, off int64) (int, error) {
+	if err := j.lock(); err != nil {
+		return 0, err
+	}
+	defer j.mu.Unlock()
+	if off < 0 {
+		return 0, fmt.Errorf("read at %d: %w", off, ErrInvalid)
+	}
+	n, err := j.inode(ino)
+	if err != nil {
+		return 0, err
+	}
+	return j.readLocked(ctx, n, p, off)
+}
+
+func (j *Journal) inode(ino Ino) (*inode, error) {
+	var n *inode
+	err := j.db.View(func(txn *badger.Txn) error {
+		var err error
+		n, err = j.getInode(txn, ino)
+		return err
+	})
+	return n, err
+}
+
+func (j *Journal) readLocked(ctx context.Context, n *inode, p []byte, off int64) (int, error) {
+	switch n.Type {
+	case TypeRegular:
+	case TypeDir:
+		return 0, fmt.Errorf("read of directory %d: %w", n.Ino, ErrIsDir)
+	default:
+		return 0, fmt.Errorf("read of inode %d of type %v: %w", n.Ino, n.Type, ErrInvalid)
+	}
+	if uint64(off) >= n.Size {
+		return 0, nil
+	}
+	p = p[:min(uint64(len(p)), n.Size-uint64(off))]
+	switch {
+	case n.Staged:
+		f, err := j.stagingFile(n.Ino, false)
+		if err != nil {
+			return 0, j.dataErr("open staging file", n.Ino, err)
+		}
+		got, err := f.ReadAt(p, off)
+		if err == io.EOF { // staging files are kept Size long; be safe anyway
+			clear(p[got:])
+			got, err = len(p), nil
+		}
+		if err != nil {
+			return got, j.dataErr("read", n.Ino, err)
+		}
+		return got, nil
+	case n.Inline != nil || n.Size == 0:
+		return copy(p, n.Inline[min(uint64(len(n.Inline)), uint64(off)):]), nil
+	}
+	r, err := j.store.OpenFile(ctx, n.content())
+	if err != nil {
+		return 0, fmt.Errorf("%w: read inode %d from the store: %v", ErrIO, n.Ino, err)
+	}
+	got, err := r.ReadAt(p, off)
+	if err == io.EOF && got == len(p) {
+		err = nil
+	}
+	if err != nil {
+		return got, fmt.Errorf("%w: read inode %d from the store: %v", ErrIO, n.Ino, err)
+	}
+	return got, nil
+}
+
+// Write writes p at off, extending the file as needed.
+func (j *Journal) Write(ctx context.Context, c Caller, ino Ino, p []byte, off int64) (int, error) {
+	if err := j.lock(); err != nil {
+		return 0, err
+	}
+	defer j.mu.Unlock()
+	return j.writeLocked(c, ino, p, off)
+}
+
+func (j *Journal) writeLocked(c Caller, ino Ino, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("write at %d: %w", off, ErrInvalid)
+	}
+	end := uint64(off) + uint64(len(p))
+	if end > FileSizeMax {
+		return 0, fmt.Errorf("write to byte %d: %w", end, ErrFileTooBig)
+	}
+	now := j.cfg.Clock()
+	written := 0
+	err := j.update(func(txn *badger.Txn) error {
+		n, err := j.getInode(txn, ino)
+		if err != nil {
+			return err
+		}
+		if err := j.checkWritable(n); err != nil {
+			return err
+		}
+		newSize := max(n.Size, end)
+		if err := j.checkBytesQuota(n.Size, newSize); err != nil {
+			return err
+		}
+		f, err := j.stage(n, false)
+		if err != nil {
+			return err
+		}
+		if written, err = f.WriteAt(p, off); err != nil {
+			return j.dataErr("write", ino, err)
+		}
+		j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + newSize
+		n.Size = newSize
+		n.Mtime, n.Ctime = now, now
+		if !c.Privileged() {
+			killPriv(n)
+		}
+		if err := j.putInode(txn, n); err != nil {
+			return err
+		}
+		return j.markDirty(txn, n)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return written, nil
+}
+
+func (j *Journal) checkWritable(n *inode) error {
+	switch n.Type {
+	case TypeRegular:
+		return nil
+	case TypeDir:
+		return fmt.Errorf("write to directory %d: %w", n.Ino, ErrIsDir)
+	}
+	return fmt.Errorf("write to inode %d of type %v: %w", n.Ino, n.Type, ErrInvalid)
+}
+
+// Fallocate implements fallocate(2): mode 0 extends the file to off+length
+// if it is shorter; KEEP_SIZE changes nothing visible; PUNCH_HOLE (with
+// KEEP_SIZE) and ZERO_RANGE zero the range, ZERO_RANGE extending the file
+// unless KEEP_SIZE. Space is not reserved: the staging file is sparse.
+func (j *Journal) Fallocate(ctx context.Context, c Caller, ino Ino, mode FallocMode, off, length int64) error {
+	if err := j.lock(); err != nil {
+		return err
+	}
+	defer j.mu.Unlock()
+	if off < 0 || length <= 0 {
+		return fmt.Errorf("fallocate(%d, %d): %w", off, length, ErrInvalid)
+	}
+	switch mode {
+	case 0, FallocKeepSize, FallocZeroRange, FallocZeroRange | FallocKeepSize, FallocPunchHole | FallocKeepSize:
+	case FallocPunchHole:
+		return fmt.Errorf("fallocate: PUNCH_HOLE needs KEEP_SIZE: %w", ErrInvalid)
+	default:
+		return fmt.Errorf("fallocate mode %#x: %w", mode, ErrNotSupported)
+	}
+	end := uint64(off) + uint64(length)
+	if end > FileSizeMax {
+		return fmt.Errorf("fallocate to byte %d: %w", end, ErrFileTooBig)
+	}
+	now := j.cfg.Clock()
+	return j.update(func(txn *badger.Txn) error {
+		n, err := j.getInode(txn, ino)
+		if err != nil {
+			return err
+		}
+		if err := j.checkWritable(n); err != nil {
+			return err
+		}
+		newSize := n.Size
+		if mode&FallocKeepSize == 0 {
+			newSize = max(n.Size, end)
+		}
+		if err := j.checkBytesQuota(n.Size, newSize); err != nil {
+			return err
+		}
+		zero := mode&(FallocPunchHole|FallocZeroRange) != 0
+		if !zero && newSize == n.Size {
+			return nil // nothing visible changes
+		}
+		f, err := j.stage(n, false)
+		if err != nil {
+			return err
+		}
+		if zero && uint64(off) < n.Size {
+			zlen := min(end, n.Size) - uint64(off)
+			if err := unix.Fallocate(int(f.Fd()), uint32(FallocPunchHole|FallocKeepSize), off, int64(zlen)); err != nil {
+				// The staging filesystem cannot punch holes: write zeros.
+				if err := writeZeros(f, off, int64(zlen)); err != nil {
+					return j.dataErr("fallocate", ino, err)
+				}
+			}
+		}
+		if newSize != n.Size {
+			if err := f.Truncate(int64(newSize)); err != nil {
+				return j.dataErr("fallocate", ino, err)
+			}
+			j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + newSize
+			n.Size = newSize
+		}
+		n.Mtime, n.Ctime = now, now
+		if !c.Privileged() {
+			killPriv(n)
+		}
+		if err := j.putInode(txn, n); err != nil {
+			return err
+		}
+		return j.markDirty(txn, n)
+	})
+}
+
+func writeZeros(f *os.File, off, n int64) error {
+	zeros := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		k := min(n, int64(len(zeros)))
+		if _, err := f.WriteAt(zeros[:k], off); err != nil {
+			return err
+		}
+		off += k
+		n -= k
+	}
+	return nil
+}
+
+// CopyFileRange copies up to n bytes from in at inOff to out at outOff and
+// returns how many it copied (fewer at the end of in).
+func (j *Journal) CopyFileRange(ctx context.Context, c Caller, in Ino, inOff int64, out Ino, outOff int64, n int64) (int64, error) {
+	if err := j.lock(); err != nil {
+		return 0, err
+	}
+	defer j.mu.Unlock()
+	if inOff < 0 || outOff < 0 || n < 0 {
+		return 0, fmt.Errorf("copy_file_range: %w", ErrInvalid)
+	}
+	if in == out && inOff < outOff+n && outOff < inOff+n {
+		return 0, fmt.Errorf("copy_file_range within one file, overlapping: %w", ErrInvalid)
+	}
+	src, err := j.inode(in)
+	if err != nil {
+		return 0, err
+	}
+	dst, err := j.inode(out)
+	if err != nil {
+		return 0, err
+	}
+	for _, x := range []*inode{src, dst} {
+		if x.Type == TypeDir {
+			return 0, fmt.Errorf("copy_file_range on directory %d: %w", x.Ino, ErrIsDir)
+		}
+		if x.Type != TypeRegular {
+			return 0, fmt.Errorf("copy_file_range on inode %d: %w", x.Ino, ErrInvalid)
+		}
+	}
+	var copied int64
+	buf := make([]byte, min(n, 1<<20))
+	for copied < n {
+		k, err := j.readLocked(ctx, src, buf[:min(int64(len(buf)), n-copied)], inOff+copied)
+		if err != nil {
+			return copied, err
+		}
+		if k == 0 {
+			break
+		}
+		if _, err := j.writeLocked(c, out, buf[:k], outOff+copied); err != nil {
+			return copied, err
+		}
+		copied += int64(k)
+		if in == out { // the source changed; reload it
+			if src, err = j.inode(in); err != nil {
+				return copied, err
+			}
+		}
+	}
+	return copied, nil
+}
+
+// Lseek implements SEEK_DATA and SEEK_HOLE. The journal reports no holes
+// (POSIX allows it): data runs from 0 to the end of the file.
+func (j *Journal) Lseek(ctx context.Context, ino Ino, off int64, whence int) (int64, error) {
+	if err := j.lock(); err != nil {
+		return 0, err
+	}
+	defer j.mu.Unlock()
+	n, err := j.inode(ino)
+	if err != nil {
+		return 0, err
+	}
+	if n.Type == TypeDir {
+		return 0, fmt.Errorf("lseek on directory %d: %w", ino, ErrIsDir)
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("lseek to %d: %w", off, ErrInvalid)
+	}
+	if uint64(off) >= n.Size {
+		return 0, fmt.Errorf("lseek past the end: %w", ErrNoSeekData)
+	}
+	switch whence {
+	case SeekData:
+		return off, nil
+	case SeekHole:
+		return int64(n.Size), nil
+	}
+	return 0, fmt.Errorf("lseek whence %d: %w", whence, ErrInvalid)
+}
+
+// Fsync makes ino's data and the journal's metadata durable.
+func (j *Journal) Fsync(ctx context.Context, ino Ino, dataOnly bool) error {
+	if err := j.lock(); err != nil {
+		return err
+	}
+	defer j.mu.Unlock()
+	n, err := j.inode(ino)
+	if err != nil {
+		return err
+	}
+	if n.Staged {
+		f, err := j.stagingFile(ino, false)
+		if err != nil {
+			return j.dataErr("open staging file", ino, err)
+		}
+		if err := f.Sync(); err != nil {
+			return j.dataErr("fsync", ino, err)
+		}
+	}
+	if err := j.db.Sync(); err != nil {
+		return fmt.Errorf("%w: fsync journal metadata: %v", ErrIO, err)
+	}
+	return nil
+}
+
+// forget closes and removes the staging files of deleted inodes, after the
+// transaction that deleted them committed.
+func (j *Journal) forget(inos []Ino) {
+	for _, ino := range inos {
+		if f, ok := j.files[ino]; ok {
+			f.Close()
+			delete(j.files, ino)
+		}
+		os.Remove(j.stagingPath(ino))
+		delete(j.loadedDirs, ino)
+	}
+}
+

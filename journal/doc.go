@@ -1,0 +1,55 @@
+// Package journal is the live state of a mounted workspace and the place
+// where all POSIX semantics live: lookup, create, rename (with
+// RENAME_NOREPLACE and RENAME_EXCHANGE), hard links, symlinks, device
+// nodes, sparse reads and writes, truncate, fallocate, copy_file_range,
+// SEEK_DATA/SEEK_HOLE, xattrs, sticky directories, setuid/setgid clearing,
+// quotas. Package fs only translates FUSE requests into these calls and the
+// sentinel errors of errors.go into errnos.
+//
+// # Storage
+//
+// Metadata lives in Badger (keys.go): inode records, directory entries,
+// xattrs, the dirty set and the journal's state, all under an epoch prefix.
+// Data of changed files lives in staging files, one per inode, a sparse file
+// kept exactly as long as the file (copy-up on first change); unchanged
+// files are read from the store's chunks. Opening a workspace is O(1):
+// directories of the base snapshot are loaded on first use (lazy.go).
+//
+// # Durability contract
+//
+// This is what the journal promises, and what its crash tests check:
+//
+//  1. An operation that returned is in the journal. Metadata changes are
+//     Badger transactions written to Badger's write-ahead log before the
+//     call returns, and staging-file writes are pwrite(2)s; both survive
+//     kill -9 of the process (they are in the kernel's page cache). Fsync
+//     makes them survive power loss too: it fsyncs the staging file and
+//     syncs Badger.
+//  2. After any crash the journal reopens consistent: every operation is a
+//     single transaction, so the state is a prefix of the operations,
+//     with no torn metadata, no dangling entries and correct link counts.
+//     Open removes what a crash can leave behind: staging files of deleted
+//     inodes and the state of an interrupted rollback.
+//  3. Snapshot is a consistent cut (operations are serialised, so each is
+//     wholly before or after it) and is O(changed): only directories on a
+//     path to a change get new trees (dirty markers carry a generation, so
+//     clearing the dirty set is one write), only changed files are read.
+//     Blobs, then the snapshot record, then a pending marker, then the ref
+//     (compare-and-swap), then the journal's records: a crash in between
+//     reopens to the state before the snapshot or after it.
+//  4. Rollback snapshots the state it discards first, then switches to a
+//     fresh epoch based on the target snapshot: O(1) after that snapshot.
+//
+// # Concurrency
+//
+// A Journal serialises its operations with one mutex: Badger transactions
+// plus this lock make every operation atomic and the snapshot cut exact.
+// Single-operation latency, not parallelism, is what an agent's tools feel;
+// the benchmarks measure it.
+//
+// # Not yet
+//
+// Files are staged whole on first change; staging only the touched ranges
+// of large files, and keeping an unlinked file's data while it is still
+// open, come with the FUSE layer.
+package journal

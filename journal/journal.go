@@ -1,0 +1,270 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/cairnfs/cairn/chunkstore"
+)
+
+// Config configures Open. Dir, Store and Workspace are required.
+type Config struct {
+	// Dir is the journal's state directory (Badger metadata and staging
+	// files), created if missing. One journal per directory.
+	Dir string
+	// Store is where snapshots are read from and written to.
+	Store *chunkstore.Store
+	// Workspace names the workspace (chunkstore.ValidWorkspaceName).
+	Workspace string
+	// From is the snapshot a new journal starts from (a fork). Zero: the
+	// workspace's head, or an empty workspace if it has none. Ignored when
+	// Dir already holds the workspace's journal.
+	From chunkstore.ID
+	// Clock returns the current time in ns since the Unix epoch. Default:
+	// the system clock. Tests inject a deterministic one.
+	Clock func() int64
+	// Host and Version are recorded in snapshot records.
+	Host, Version string
+	// MaxBytes and MaxInodes are the workspace's quotas: the total size of
+	// its regular files, and its number of inodes. 0: unlimited.
+	MaxBytes, MaxInodes uint64
+	// Logf receives messages for operators (a quota reached). Default: none.
+	Logf func(format string, args ...any)
+	// Invalidator is told which kernel caches to drop when the journal
+	// changes the tree by itself (Rollback). Default: none.
+	Invalidator Invalidator
+}
+
+// Journal is the live state of one workspace: metadata in Badger, data of
+// changed files in staging files. All POSIX semantics live here. Safe for
+// concurrent use; operations are serialised (see doc.go).
+type Journal struct {
+	cfg   Config
+	db    *badger.DB
+	store *chunkstore.Store
+
+	mu      sync.Mutex
+	closed  bool
+	m       meta
+	staging string           // staging directory of the current epoch
+	ref     *chunkstore.Ref  // the workspace's ref as last read or written; nil: none yet
+	files   map[Ino]*os.File // open staging files
+
+	loadedDirs map[Ino]struct{} // directories known to be loaded in this epoch
+	bg         sync.WaitGroup    // background cleanup (dropEpochLater)
+}
+
+// meta is the journal's global state, kept under "m" keys.
+type meta struct {
+	Workspace string
+	Epoch     uint32        // namespace of the live state (keys.go)
+	Base      chunkstore.ID // snapshot the live state derives from (zero: none)
+	Seq       uint64        // Seq of the workspace's last snapshot
+	Gen       uint64        // dirty markers written now carry this generation
+	Committed uint64        // markers <= Committed are clean (already in Base)
+	NextIno   uint64        // next inode number to allocate (never reused)
+	Pending   chunkstore.ID // a snapshot being committed (zero: none)
+	Bytes     uint64        // total size of regular files (quota)
+	Files     uint64        // regular files
+	Dirs      uint64        // directories, the root excluded
+	Symlinks  uint64        // symbolic links
+	Others    uint64        // FIFOs, sockets, devices
+}
+
+// inodes is the number of inodes, the root included (the inode quota).
+func (m *meta) inodes() uint64 { return 1 + m.Files + m.Dirs + m.Symlinks + m.Others }
+
+// count returns the counter of inodes of type t.
+func (m *meta) count(t Type) *uint64 {
+	switch t {
+	case TypeRegular:
+		return &m.Files
+	case TypeDir:
+		return &m.Dirs
+	case TypeSymlink:
+		return &m.Symlinks
+	}
+	return &m.Others
+}
+
+// Open opens (or creates) the journal of cfg.Workspace in cfg.Dir.
+func Open(ctx context.Context, cfg Config) (*Journal, error) {
+	if cfg.Dir == "" || cfg.Store == nil {
+		return nil, fmt.Errorf("%w: journal config needs Dir and Store", ErrInvalid)
+	}
+	if err := chunkstore.ValidWorkspaceName(cfg.Workspace); err != nil {
+		return nil, err
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = func() int64 { return time.Now().UnixNano() }
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create journal directory: %w", err)
+	}
+	db, err := badger.Open(badgerOptions(filepath.Join(cfg.Dir, "meta")))
+	if err != nil {
+		return nil, fmt.Errorf("open journal metadata in %s: %w", cfg.Dir, err)
+	}
+	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]*os.File), loadedDirs: make(map[Ino]struct{})}
+	if err := j.open(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return j, nil
+}
+
+// badgerOptions tunes Badger for many small keys and a small footprint: a
+// journal lives beside a running sandbox, not on a database server.
+func badgerOptions(dir string) badger.Options {
+	return badger.DefaultOptions(dir).
+		WithLogger(nil).
+		WithSyncWrites(false). // the WAL survives kill -9; Fsync syncs for power loss
+		WithDetectConflicts(false).
+		WithMemTableSize(16 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(8).
+		WithBlockCacheSize(16 << 20).
+		WithIndexCacheSize(8 << 20).
+		WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2)
+}
+
+func (j *Journal) open(ctx context.Context) error {
+	ok, err := j.loadMeta()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := j.initialize(ctx); err != nil {
+			return err
+		}
+	} else if j.m.Workspace != j.cfg.Workspace {
+		return fmt.Errorf("%w: journal in %s belongs to workspace %q, not %q", ErrInvalid, j.cfg.Dir, j.m.Workspace, j.cfg.Workspace)
+	}
+	ref, err := j.store.Ref(ctx, j.cfg.Workspace)
+	switch {
+	case err == nil:
+		j.ref = &ref
+	case errors.Is(err, chunkstore.ErrNotFound):
+	default:
+		return fmt.Errorf("read ref of %q: %w", j.cfg.Workspace, err)
+	}
+	if !j.m.Pending.IsZero() {
+		if err := j.resolvePending(); err != nil {
+			return err
+		}
+	}
+	j.staging = filepath.Join(j.cfg.Dir, "staging", fmt.Sprint(j.m.Epoch))
+	if err := os.MkdirAll(j.staging, 0o700); err != nil {
+		return fmt.Errorf("create staging directory: %w", err)
+	}
+	return j.cleanup()
+}
+
+// initialize creates the journal's state from its base snapshot.
+func (j *Journal) initialize(ctx context.Context) error {
+	base := j.cfg.From
+	if base.IsZero() {
+		ref, err := j.store.Ref(ctx, j.cfg.Workspace)
+		switch {
+		case err == nil:
+			base = ref.Snapshot
+		case !errors.Is(err, chunkstore.ErrNotFound):
+			return fmt.Errorf("read ref of %q: %w", j.cfg.Workspace, err)
+		}
+	}
+	j.m = meta{Workspace: j.cfg.Workspace, Epoch: 1, Gen: 1, NextIno: uint64(RootIno) + 1}
+	root, xattrs, err := j.rootFrom(ctx, base)
+	if err != nil {
+		return err
+	}
+	return j.db.Update(func(txn *badger.Txn) error {
+		if err := j.putInode(txn, root); err != nil {
+			return err
+		}
+		for _, x := range xattrs {
+			if err := txn.Set(xattrKey(j.m.Epoch, RootIno, x.Name), x.Value); err != nil {
+				return err
+			}
+		}
+		return j.saveMeta(txn)
+	})
+}
+
+// rootFrom sets j.m for a fresh epoch based on snapshot base (zero: an empty
+// workspace) and returns the root inode and its xattrs.
+func (j *Journal) rootFrom(ctx context.Context, base chunkstore.ID) (*inode, []chunkstore.Xattr, error) {
+	now := j.cfg.Clock()
+	root := &inode{Attr: Attr{Ino: RootIno, Type: TypeDir, Mode: 0o755, Nlink: 2, Atime: now, Mtime: now, Ctime: now}, Parent: RootIno, Loaded: true}
+	j.m.Base, j.m.Seq, j.m.Bytes = base, 0, 0
+	j.m.Files, j.m.Dirs, j.m.Symlinks, j.m.Others = 0, 0, 0, 0
+	if base.IsZero() {
+		return root, nil, nil
+	}
+	snap, err := j.store.Snapshot(ctx, base)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open workspace %q at snapshot %s: %w", j.cfg.Workspace, base.Short(), err)
+	}
+	if snap.Workspace == j.cfg.Workspace {
+		j.m.Seq = snap.Seq
+	}
+	j.m.NextIno = max(j.m.NextIno, snap.NextIno)
+	st := snap.Stats
+	j.m.Bytes, j.m.Files, j.m.Dirs, j.m.Symlinks, j.m.Others = st.Bytes, st.Files, st.Dirs, st.Symlinks, st.Others
+	ra := snap.RootAttr
+	root.Mode, root.UID, root.GID = ra.Mode, ra.UID, ra.GID
+	root.Atime, root.Mtime, root.Ctime = ra.Atime, ra.Mtime, ra.Ctime
+	root.Tree, root.Loaded = snap.Root, false
+	root.Nlink = 0 // computed when loaded: 2 + subdirectories
+	return root, ra.Xattrs, nil
+}
+
+// Close closes the journal. Everything written so far is in the journal
+// (and survives); it is not snapshotted.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	j.closed = true
+	j.bg.Wait()
+	var errs []error
+	for ino, f := range j.files {
+		errs = append(errs, f.Close())
+		delete(j.files, ino)
+	}
+	errs = append(errs, j.db.Close())
+	return errors.Join(errs...)
+}
+
+// Workspace returns the workspace's name.
+func (j *Journal) Workspace() string { return j.cfg.Workspace }
+
+// Base returns the snapshot the live state derives from (zero: none).
+func (j *Journal) Base() chunkstore.ID {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.m.Base
+}
+
+// lock takes the journal's lock for an operation.
+func (j *Journal) lock() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}

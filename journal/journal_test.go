@@ -1,0 +1,215 @@
+package journal_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/cairnfs/cairn/chunkstore"
+	"github.com/cairnfs/cairn/chunkstore/chunkstoretest"
+	"github.com/cairnfs/cairn/journal"
+)
+
+var ctx = context.Background()
+
+// clock is a deterministic clock: every call advances it by 1 µs.
+type clock struct{ t int64 }
+
+func (c *clock) now() int64 { c.t += 1000; return c.t }
+
+type env struct {
+	t     *testing.T
+	store *chunkstore.Store
+	clk   *clock
+}
+
+func newEnv(t *testing.T) *env {
+	return &env{t: t, store: chunkstoretest.NewStore(t, chunkstoretest.LocalBackend(t), chunkstore.InitOptions{}, chunkstore.Options{}), clk: &clock{t: 1_700_000_000_000_000_000}}
+}
+
+func (e *env) open(ws, dir string, from chunkstore.ID) *journal.Journal {
+	e.t.Helper()
+	j, err := journal.Open(ctx, journal.Config{Dir: dir, Store: e.store, Workspace: ws, From: from, Clock: e.clk.now})
+	if err != nil {
+		e.t.Fatalf("Open: %v", err)
+	}
+	e.t.Cleanup(func() { j.Close() })
+	return j
+}
+
+func must[T any](t *testing.T) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func readAll(t *testing.T, j *journal.Journal, ino journal.Ino) []byte {
+	t.Helper()
+	a := must[journal.Attr](t)(j.GetAttr(ctx, ino))
+	buf := make([]byte, a.Size)
+	n, err := j.Read(ctx, ino, buf, 0)
+	if err != nil || n != len(buf) {
+		t.Fatalf("Read(%d): %d of %d bytes, %v", ino, n, len(buf), err)
+	}
+	return buf
+}
+
+// tree walks a journal into a comparable description.
+func tree(t *testing.T, j *journal.Journal) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var walk func(ino journal.Ino, path string)
+	walk = func(ino journal.Ino, path string) {
+		a := must[journal.Attr](t)(j.GetAttr(ctx, ino))
+		desc := formatAttr(a)
+		switch a.Type {
+		case journal.TypeRegular:
+			desc += " data=" + string(readAll(t, j, ino))
+		case journal.TypeSymlink:
+			desc += " -> " + must[string](t)(j.Readlink(ctx, ino))
+		}
+		xs := must[[]string](t)(j.ListXattr(ctx, ino))
+		for _, x := range xs {
+			desc += " " + x + "=" + string(must[[]byte](t)(j.GetXattr(ctx, ino, x)))
+		}
+		out[path] = desc
+		if a.Type == journal.TypeDir {
+			for _, e := range must[[]journal.DirEntry](t)(j.ReadDir(ctx, ino)) {
+				walk(e.Ino, path+"/"+e.Name)
+			}
+		}
+	}
+	walk(journal.RootIno, "")
+	return out
+}
+
+func formatAttr(a journal.Attr) string {
+	return fmtAttr(a.Ino, a.Type, a.Mode, a.UID, a.GID, a.Size, a.Nlink, a.Rdev, a.Atime, a.Mtime, a.Ctime)
+}
+
+func fmtAttr(v ...any) string {
+	var b bytes.Buffer
+	for _, x := range v {
+		b.WriteString(" ")
+		b.WriteString(fmtAny(x))
+	}
+	return b.String()
+}
+
+func TestJournal_SnapshotAndFork(t *testing.T) {
+	e := newEnv(t)
+	j := e.open("ws", t.TempDir(), chunkstore.ID{})
+	root := journal.RootIno
+	c := journal.Caller{UID: 1000, GID: 1000}
+	d := must[journal.Attr](t)(j.Mkdir(ctx, c, root, "src", 0o755))
+	f := must[journal.Attr](t)(j.Create(ctx, c, d.Ino, "main.go", 0o644))
+	if _, err := j.Write(ctx, c, f.Ino, []byte("package main\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	big := must[journal.Attr](t)(j.Create(ctx, c, root, "big.bin", 0o600))
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	if _, err := j.Write(ctx, c, big.Ino, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	must[journal.Attr](t)(j.Symlink(ctx, c, root, "link", "src/main.go"))
+	must[journal.Attr](t)(j.Link(ctx, c, f.Ino, root, "hard.go"))
+	must[journal.Attr](t)(j.Mknod(ctx, journal.Root, root, "fifo", journal.TypeFIFO, 0o644, 0))
+	if err := j.SetXattr(ctx, c, f.Ino, "user.note", []byte("hello"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.SetXattr(ctx, c, root, "user.rootnote", []byte("r"), 0); err != nil {
+		t.Fatal(err)
+	}
+	before := tree(t, j)
+	snap, err := j.Snapshot(ctx, journal.SnapshotOptions{Message: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tree(t, j); !equalMaps(got, before) {
+		t.Fatalf("snapshot changed the live tree")
+	}
+	rec, err := e.store.Snapshot(ctx, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Seq != 1 || len(rec.Parents) != 0 || rec.Stats.Files != 2 || rec.Stats.Dirs != 1 || len(rec.Changes) == 0 {
+		t.Errorf("record: seq %d parents %d stats %+v changes %d", rec.Seq, len(rec.Parents), rec.Stats, len(rec.Changes))
+	}
+	// Resume elsewhere: a fresh journal directory on the same store.
+	j2 := e.open("ws", t.TempDir(), chunkstore.ID{})
+	if got := tree(t, j2); !equalMaps(got, before) {
+		diffMaps(t, before, got)
+		t.Fatalf("resumed tree differs")
+	}
+	// Fork.
+	j3 := e.open("fork", t.TempDir(), snap)
+	if got := tree(t, j3); !equalMaps(got, before) {
+		diffMaps(t, before, got)
+		t.Fatalf("forked tree differs")
+	}
+	// A new inode in the fork gets a number above every inode of the snapshot.
+	n := must[journal.Attr](t)(j3.Create(ctx, c, root, "new", 0o644))
+	for _, a := range []journal.Ino{d.Ino, f.Ino, big.Ino} {
+		if n.Ino <= a {
+			t.Fatalf("new inode %d collides with the snapshot's inode %d", n.Ino, a)
+		}
+	}
+	// A second snapshot after a small change.
+	if _, err := j.Write(ctx, c, f.Ino, []byte("// x\n"), 13); err != nil {
+		t.Fatal(err)
+	}
+	snap2, err := j.Snapshot(ctx, journal.SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec2, _ := e.store.Snapshot(ctx, snap2)
+	if rec2.Seq != 2 || rec2.Parents[0] != snap || rec2.Stats.ChangedFiles != 1 {
+		t.Errorf("second record: seq %d parents %v changed %d changes %+v", rec2.Seq, rec2.Parents, rec2.Stats.ChangedFiles, rec2.Changes)
+	}
+	// Rollback to the first.
+	discarded, err := j.Rollback(ctx, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tree(t, j); !equalMaps(got, before) {
+		diffMaps(t, before, got)
+		t.Fatalf("rolled-back tree differs")
+	}
+	if discarded.IsZero() {
+		t.Fatal("no discarded snapshot")
+	}
+	if _, err := j.Lookup(ctx, root, "nope"); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("Lookup of a missing name: %v", err)
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func diffMaps(t *testing.T, want, got map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s:\n want %s\n  got %s", k, v, got[k])
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s: unexpected %s", k, v)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/cairnfs/cairn/chunkstore"
+)
+
+// Directories of the base snapshot are loaded lazily: a directory inode
+// starts with its base tree's ID and Loaded false; the first operation that
+// needs its entries copies them into dentries and child inodes. Opening a
+// workspace is therefore O(1) whatever its size.
+
+// loadBatch is how many entries one transaction loads: Badger limits the
+// size of a transaction.
+const loadBatch = 2000
+
+// loaded returns dir with its entries loaded. dir must be a directory.
+func (j *Journal) loaded(ctx context.Context, dir *inode) (*inode, error) {
+	if dir.Loaded {
+		return dir, nil
+	}
+	tree, err := j.store.Tree(ctx, dir.Tree)
+	if err != nil {
+		return nil, fmt.Errorf("%w: load directory %d from the store: %v", ErrIO, dir.Ino, err)
+	}
+	subdirs := uint32(0)
+	for start := 0; start < len(tree.Entries); start += loadBatch {
+		batch := tree.Entries[start:min(start+loadBatch, len(tree.Entries))]
+		err := j.db.Update(func(txn *badger.Txn) error {
+			for i := range batch {
+				if err := j.loadEntry(txn, dir.Ino, &batch[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
+		}
+	}
+	for i := range tree.Entries {
+		if tree.Entries[i].Type == chunkstore.TypeDir {
+			subdirs++
+		}
+	}
+	dir.Loaded = true
+	if dir.Ino == RootIno {
+		dir.Nlink = 2 + subdirs // the root has no tree entry to carry it
+	}
+	if err := j.db.Update(func(txn *badger.Txn) error { return j.putInode(txn, dir) }); err != nil {
+		return nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
+	}
+	return dir, nil
+}
+
+// loadEntry copies one base tree entry into the journal. A hardlinked inode
+// met before (through another of its names) keeps its record.
+func (j *Journal) loadEntry(txn *badger.Txn, parent Ino, e *chunkstore.Entry) error {
+	ino := Ino(e.Ino)
+	if err := txn.Set(dentryKey(j.m.Epoch, parent, e.Name), dentryValue(ino, e.Type)); err != nil {
+		return err
+	}
+	if e.Type != chunkstore.TypeDir {
+		if err := txn.Set(linkKey(j.m.Epoch, ino, parent, e.Name), nil); err != nil {
+			return err
+		}
+	}
+	_, err := txn.Get(inodeKey(j.m.Epoch, ino))
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, badger.ErrKeyNotFound) {
+		return err
+	}
+	n := &inode{Attr: Attr{
+		Ino: ino, Type: e.Type, Mode: e.Mode, UID: e.UID, GID: e.GID, Size: e.Size,
+		Nlink: e.Nlink, Rdev: e.Rdev, Atime: e.Atime, Mtime: e.Mtime, Ctime: e.Ctime,
+	}}
+	switch e.Type {
+	case chunkstore.TypeDir:
+		n.Parent, n.Tree = parent, e.Subtree
+	case chunkstore.TypeSymlink:
+		n.Target = e.Target
+	case chunkstore.TypeRegular:
+		n.Inline, n.Chunks, n.ChunkLists = e.Inline, e.Chunks, e.ChunkLists
+	}
+	for _, x := range e.Xattrs {
+		if err := txn.Set(xattrKey(j.m.Epoch, ino, x.Name), x.Value); err != nil {
+			return err
+		}
+	}
+	return j.putInode(txn, n)
+}
+
+// ensureDir checks that ino is a directory and loads its entries, before
+// the operation's own transaction (whose snapshot must include them).
+func (j *Journal) ensureDir(ctx context.Context, ino Ino) error {
+	if _, ok := j.loadedDirs[ino]; ok {
+		return nil
+	}
+	var n *inode
+	err := j.db.View(func(txn *badger.Txn) error {
+		var err error
+		n, err = j.getInode(txn, ino)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if n.Type != TypeDir {
+		return fmt.Errorf("inode %d: %w", ino, ErrNotDir)
+	}
+	if _, err := j.loaded(ctx, n); err != nil {
+		return err
+	}
+	j.loadedDirs[ino] = struct{}{}
+	return nil
+}

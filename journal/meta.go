@@ -1,0 +1,204 @@
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+const metaVersion = 1
+
+var metaStateKey = metaKey("state")
+
+func (m *meta) encode() []byte {
+	b := []byte{metaVersion}
+	b = binary.AppendUvarint(b, uint64(len(m.Workspace)))
+	b = append(b, m.Workspace...)
+	b = binary.AppendUvarint(b, uint64(m.Epoch))
+	b = append(b, m.Base[:]...)
+	b = append(b, m.Pending[:]...)
+	for _, v := range []uint64{m.Seq, m.Gen, m.Committed, m.NextIno, m.Bytes, m.Files, m.Dirs, m.Symlinks, m.Others} {
+		b = binary.AppendUvarint(b, v)
+	}
+	return b
+}
+
+func decodeMeta(data []byte) (meta, error) {
+	d := &dec{b: data}
+	var m meta
+	if v := d.u8(); v != metaVersion && d.err == nil {
+		return m, fmt.Errorf("%w: journal state has version %d (this cairn reads %d): written by a newer cairn", ErrIO, v, metaVersion)
+	}
+	m.Workspace = string(d.bytes(d.uv()))
+	m.Epoch = d.u32()
+	m.Base = d.id()
+	m.Pending = d.id()
+	for _, p := range []*uint64{&m.Seq, &m.Gen, &m.Committed, &m.NextIno, &m.Bytes, &m.Files, &m.Dirs, &m.Symlinks, &m.Others} {
+		*p = d.uv()
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes in state")
+	}
+	return m, d.err
+}
+
+// loadMeta reads the journal state; ok is false for a new journal.
+func (j *Journal) loadMeta() (ok bool, err error) {
+	err = j.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(metaStateKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			j.m, err = decodeMeta(v)
+			ok = err == nil
+			return err
+		})
+	})
+	if err != nil {
+		return false, fmt.Errorf("read journal state in %s: %w", j.cfg.Dir, err)
+	}
+	return ok, nil
+}
+
+func (j *Journal) saveMeta(txn *badger.Txn) error {
+	return txn.Set(metaStateKey, j.m.encode())
+}
+
+// update runs fn in a read-write transaction and saves the meta state with
+// it. If the transaction fails, the in-memory meta state is restored, so
+// memory never runs ahead of disk.
+func (j *Journal) update(fn func(txn *badger.Txn) error) error {
+	saved := j.m
+	err := j.db.Update(func(txn *badger.Txn) error {
+		if err := fn(txn); err != nil {
+			return err
+		}
+		return j.saveMeta(txn)
+	})
+	if err != nil {
+		j.m = saved
+		if isJournalErr(err) {
+			return err
+		}
+		return fmt.Errorf("%w: journal metadata: %v", ErrIO, err)
+	}
+	return nil
+}
+
+// isJournalErr reports whether err already wraps one of the sentinels.
+func isJournalErr(err error) bool {
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+var sentinels = []error{ErrNotFound, ErrExists, ErrNotDir, ErrIsDir, ErrNotEmpty, ErrInvalid, ErrNameTooLong,
+	ErrPermission, ErrNoData, ErrRange, ErrTooBig, ErrFileTooBig, ErrNoSpace, ErrTooManyLinks, ErrNotSupported,
+	ErrStale, ErrBusy, ErrIO, ErrNoXattrSpace, ErrClosed, ErrBadFD, ErrNoSeekData}
+
+func (j *Journal) getInode(txn *badger.Txn, ino Ino) (*inode, error) {
+	item, err := txn.Get(inodeKey(j.m.Epoch, ino))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var n *inode
+	err = item.Value(func(v []byte) error {
+		n, err = decodeInode(ino, v)
+		return err
+	})
+	return n, err
+}
+
+func (j *Journal) putInode(txn *badger.Txn, n *inode) error {
+	return txn.Set(inodeKey(j.m.Epoch, n.Ino), n.encode())
+}
+
+// markDirty records that ino changed since the base snapshot, and that every
+// directory holding it (up to the root) needs a new tree.
+func (j *Journal) markDirty(txn *badger.Txn, n *inode) error {
+	if err := j.setDirty(txn, n.Ino); err != nil {
+		return err
+	}
+	if n.Type == TypeDir {
+		return j.markDirUp(txn, n.Parent)
+	}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: linkPrefix(j.m.Epoch, n.Ino)})
+	defer it.Close()
+	var parents []Ino
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key() // "e" epoch(4) "p" ino(8) parent(8) name
+		parents = append(parents, Ino(binary.BigEndian.Uint64(k[14:22])))
+	}
+	it.Close()
+	for _, p := range parents {
+		if err := j.markDirUp(txn, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// markDirUp marks dir and its ancestors dirty, stopping at the first one
+// already marked in this generation (its ancestors are marked too).
+func (j *Journal) markDirUp(txn *badger.Txn, dir Ino) error {
+	for {
+		if g, ok, err := j.dirtyGen(txn, dir); err != nil {
+			return err
+		} else if ok && g == j.m.Gen {
+			return nil
+		}
+		if err := j.setDirty(txn, dir); err != nil {
+			return err
+		}
+		if dir == RootIno {
+			return nil
+		}
+		d, err := j.getInode(txn, dir)
+		if err != nil {
+			return err
+		}
+		dir = d.Parent
+	}
+}
+
+func (j *Journal) setDirty(txn *badger.Txn, ino Ino) error {
+	return txn.Set(dirtyKey(j.m.Epoch, ino), u64(j.m.Gen))
+}
+
+// dirtyGen returns the generation of ino's dirty marker, if it has one.
+func (j *Journal) dirtyGen(txn *badger.Txn, ino Ino) (uint64, bool, error) {
+	item, err := txn.Get(dirtyKey(j.m.Epoch, ino))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	var g uint64
+	err = item.Value(func(v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("%w: dirty marker of inode %d", ErrIO, ino)
+		}
+		g = binary.BigEndian.Uint64(v)
+		return nil
+	})
+	return g, true, err
+}
+
+// isDirty reports whether ino changed since the base snapshot.
+func (j *Journal) isDirty(txn *badger.Txn, ino Ino) (bool, error) {
+	g, ok, err := j.dirtyGen(txn, ino)
+	return ok && g > j.m.Committed, err
+}

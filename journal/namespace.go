@@ -1,0 +1,494 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// checkName validates a name for a new directory entry.
+func checkName(name string) error {
+	switch {
+	case name == "" || strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("name %q: %w", name, ErrInvalid)
+	case name == "." || name == "..":
+		return fmt.Errorf("name %q: %w", name, ErrExists)
+	case len(name) > NameMax:
+		return fmt.Errorf("name of %d bytes: %w", len(name), ErrNameTooLong)
+	}
+	return nil
+}
+
+// child looks up name in the loaded directory parent.
+func (j *Journal) child(txn *badger.Txn, parent Ino, name string) (Ino, Type, bool, error) {
+	item, err := txn.Get(dentryKey(j.m.Epoch, parent, name))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, err
+	}
+	var ino Ino
+	var t Type
+	err = item.Value(func(v []byte) error {
+		var ok bool
+		if ino, t, ok = parseDentry(v); !ok {
+			return fmt.Errorf("%w: bad directory entry %q in %d", ErrIO, name, parent)
+		}
+		return nil
+	})
+	return ino, t, err == nil, err
+}
+
+// Lookup returns the attributes of name in directory parent.
+func (j *Journal) Lookup(ctx context.Context, parent Ino, name string) (Attr, error) {
+	if err := j.lock(); err != nil {
+		return Attr{}, err
+	}
+	defer j.mu.Unlock()
+	if len(name) > NameMax {
+		return Attr{}, fmt.Errorf("lookup: %w", ErrNameTooLong)
+	}
+	if err := j.ensureDir(ctx, parent); err != nil {
+		return Attr{}, err
+	}
+	var a Attr
+	err := j.db.View(func(txn *badger.Txn) error {
+		ino, _, ok, err := j.child(txn, parent, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("lookup %q in %d: %w", name, parent, ErrNotFound)
+		}
+		n, err := j.getInode(txn, ino)
+		if err != nil {
+			return err
+		}
+		a = n.Attr
+		return nil
+	})
+	return a, err
+}
+
+// GetAttr returns an inode's attributes.
+func (j *Journal) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
+	if err := j.lock(); err != nil {
+		return Attr{}, err
+	}
+	defer j.mu.Unlock()
+	var a Attr
+	err := j.db.View(func(txn *badger.Txn) error {
+		n, err := j.getInode(txn, ino)
+		if err == nil {
+			a = n.Attr
+		}
+		return err
+	})
+	if err == nil && a.Type == TypeDir && a.Nlink == 0 {
+		// The root of a base snapshot: its link count is known once loaded.
+		if err := j.ensureDir(ctx, ino); err != nil {
+			return Attr{}, err
+		}
+		return j.getAttrLocked(ino)
+	}
+	return a, err
+}
+
+func (j *Journal) getAttrLocked(ino Ino) (Attr, error) {
+	var a Attr
+	err := j.db.View(func(txn *badger.Txn) error {
+		n, err := j.getInode(txn, ino)
+		if err == nil {
+			a = n.Attr
+		}
+		return err
+	})
+	return a, err
+}
+
+// Create makes a regular file. mode is used as given (the kernel applied the
+// umask already).
+func (j *Journal) Create(ctx context.Context, c Caller, parent Ino, name string, mode uint32) (Attr, error) {
+	return j.mknode(ctx, c, parent, name, TypeRegular, mode, 0, "")
+}
+
+// Mknod makes a regular file, FIFO, socket or device node.
+func (j *Journal) Mknod(ctx context.Context, c Caller, parent Ino, name string, t Type, mode uint32, rdev uint64) (Attr, error) {
+	switch t {
+	case TypeRegular, TypeFIFO, TypeSocket, TypeCharDev, TypeBlockDev:
+	default:
+		return Attr{}, fmt.Errorf("mknod of type %v: %w", t, ErrInvalid)
+	}
+	if t != TypeCharDev && t != TypeBlockDev {
+		rdev = 0
+	}
+	return j.mknode(ctx, c, parent, name, t, mode, rdev, "")
+}
+
+// Mkdir makes a directory.
+func (j *Journal) Mkdir(ctx context.Context, c Caller, parent Ino, name string, mode uint32) (Attr, error) {
+	return j.mknode(ctx, c, parent, name, TypeDir, mode, 0, "")
+}
+
+// Symlink makes a symbolic link to target.
+func (j *Journal) Symlink(ctx context.Context, c Caller, parent Ino, name, target string) (Attr, error) {
+	switch {
+	case target == "" || strings.IndexByte(target, 0) >= 0:
+		return Attr{}, fmt.Errorf("symlink target: %w", ErrInvalid)
+	case len(target) > SymlinkMax:
+		return Attr{}, fmt.Errorf("symlink target of %d bytes: %w", len(target), ErrNameTooLong)
+	}
+	return j.mknode(ctx, c, parent, name, TypeSymlink, 0o777, 0, target)
+}
+
+func (j *Journal) mknode(ctx context.Context, c Caller, parent Ino, name string, t Type, mode uint32, rdev uint64, target string) (Attr, error) {
+	if err := j.lock(); err != nil {
+		return Attr{}, err
+	}
+	defer j.mu.Unlock()
+	if err := checkName(name); err != nil {
+		return Attr{}, err
+	}
+	if err := j.ensureDir(ctx, parent); err != nil {
+		return Attr{}, err
+	}
+	if err := j.checkInodeQuota(1); err != nil {
+		return Attr{}, err
+	}
+	now := j.cfg.Clock()
+	var a Attr
+	err := j.update(func(txn *badger.Txn) error {
+		p, err := j.getInode(txn, parent)
+		if err != nil {
+			return err
+		}
+		if _, _, exists, err := j.child(txn, parent, name); err != nil {
+			return err
+		} else if exists {
+			return fmt.Errorf("create %q: %w", name, ErrExists)
+		}
+		n := &inode{Attr: Attr{
+			Ino: Ino(j.m.NextIno), Type: t, Mode: mode & ModePerm, UID: c.UID, GID: c.GID,
+			Nlink: 1, Rdev: rdev, Atime: now, Mtime: now, Ctime: now,
+		}}
+		if p.Mode&ModeSetgid != 0 { // BSD group semantics of setgid directories
+			n.GID = p.GID
+			if t == TypeDir {
+				n.Mode |= ModeSetgid
+			} else if n.Mode&(ModeSetgid|0o010) == ModeSetgid|0o010 && !c.InGroup(n.GID) && !c.Privileged() {
+				n.Mode &^= ModeSetgid
+			}
+		}
+		switch t {
+		case TypeDir:
+			n.Nlink, n.Parent, n.Loaded = 2, parent, true
+			p.Nlink++
+		case TypeSymlink:
+			n.Target, n.Size = target, uint64(len(target))
+		}
+		if t == TypeDir && p.Nlink > LinkMax {
+			return fmt.Errorf("mkdir %q: %w", name, ErrTooManyLinks)
+		}
+		j.m.NextIno++
+		*j.m.count(t)++
+		p.Mtime, p.Ctime = now, now
+		if err := j.putInode(txn, n); err != nil {
+			return err
+		}
+		if err := j.putInode(txn, p); err != nil {
+			return err
+		}
+		if err := txn.Set(dentryKey(j.m.Epoch, parent, name), dentryValue(n.Ino, t)); err != nil {
+			return err
+		}
+		if t != TypeDir {
+			if err := txn.Set(linkKey(j.m.Epoch, n.Ino, parent, name), nil); err != nil {
+				return err
+			}
+		}
+		if err := j.markDirty(txn, n); err != nil {
+			return err
+		}
+		a = n.Attr
+		return nil
+	})
+	if err == nil && t == TypeDir {
+		j.loadedDirs[a.Ino] = struct{}{}
+	}
+	return a, err
+}
+
+// Readlink returns a symlink's target.
+func (j *Journal) Readlink(ctx context.Context, ino Ino) (string, error) {
+	if err := j.lock(); err != nil {
+		return "", err
+	}
+	defer j.mu.Unlock()
+	var target string
+	err := j.db.View(func(txn *badger.Txn) error {
+		n, err := j.getInode(txn, ino)
+		if err != nil {
+			return err
+		}
+		if n.Type != TypeSymlink {
+			return fmt.Errorf("readlink of inode %d: %w", ino, ErrInvalid)
+		}
+		target = n.Target
+		return nil
+	})
+	return target, err
+}
+
+// Link adds the name newName in newParent for the non-directory ino.
+func (j *Journal) Link(ctx context.Context, c Caller, ino Ino, newParent Ino, newName string) (Attr, error) {
+	if err := j.lock(); err != nil {
+		return Attr{}, err
+	}
+	defer j.mu.Unlock()
+	if err := checkName(newName); err != nil {
+		return Attr{}, err
+	}
+	if err := j.ensureDir(ctx, newParent); err != nil {
+		return Attr{}, err
+	}
+	now := j.cfg.Clock()
+	var a Attr
+	err := j.update(func(txn *badger.Txn) error {
+		n, err := j.getInode(txn, ino)
+		if err != nil {
+			return err
+		}
+		if n.Type == TypeDir {
+			return fmt.Errorf("link to directory %d: %w", ino, ErrPermission)
+		}
+		if n.Nlink >= LinkMax {
+			return fmt.Errorf("link to inode %d: %w", ino, ErrTooManyLinks)
+		}
+		if _, _, exists, err := j.child(txn, newParent, newName); err != nil {
+			return err
+		} else if exists {
+			return fmt.Errorf("link %q: %w", newName, ErrExists)
+		}
+		p, err := j.getInode(txn, newParent)
+		if err != nil {
+			return err
+		}
+		n.Nlink++
+		n.Ctime = now
+		p.Mtime, p.Ctime = now, now
+		for _, err := range []error{
+			j.putInode(txn, n), j.putInode(txn, p),
+			txn.Set(dentryKey(j.m.Epoch, newParent, newName), dentryValue(ino, n.Type)),
+			txn.Set(linkKey(j.m.Epoch, ino, newParent, newName), nil),
+		} {
+			if err != nil {
+				return err
+			}
+		}
+		a = n.Attr
+		return j.markDirty(txn, n)
+	})
+	return a, err
+}
+
+// stickyDenied applies the sticky-directory rule: in a sticky directory only
+// root, the directory's owner or the entry's owner may remove or rename an
+// entry.
+func stickyDenied(c Caller, dir, child *inode) bool {
+	return dir.Mode&ModeSticky != 0 && !c.Privileged() && c.UID != dir.UID && c.UID != child.UID
+}
+
+// Unlink removes a non-directory name.
+func (j *Journal) Unlink(ctx context.Context, c Caller, parent Ino, name string) error {
+	return j.remove(ctx, c, parent, name, false)
+}
+
+// Rmdir removes an empty directory.
+func (j *Journal) Rmdir(ctx context.Context, c Caller, parent Ino, name string) error {
+	return j.remove(ctx, c, parent, name, true)
+}
+
+func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string, isDir bool) error {
+	if err := j.lock(); err != nil {
+		return err
+	}
+	defer j.mu.Unlock()
+	switch {
+	case name == "." && isDir:
+		return fmt.Errorf("rmdir %q: %w", name, ErrInvalid)
+	case name == ".." && isDir:
+		return fmt.Errorf("rmdir %q: %w", name, ErrNotEmpty)
+	case name == "." || name == "..":
+		return fmt.Errorf("unlink %q: %w", name, ErrIsDir)
+	case len(name) > NameMax:
+		return fmt.Errorf("remove: %w", ErrNameTooLong)
+	}
+	if err := j.ensureDir(ctx, parent); err != nil {
+		return err
+	}
+	var target Ino
+	err := j.db.View(func(txn *badger.Txn) error {
+		ino, t, ok, err := j.child(txn, parent, name)
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			return fmt.Errorf("remove %q: %w", name, ErrNotFound)
+		case isDir && t != TypeDir:
+			return fmt.Errorf("rmdir %q: %w", name, ErrNotDir)
+		case !isDir && t == TypeDir:
+			return fmt.Errorf("unlink %q: %w", name, ErrIsDir)
+		}
+		target = ino
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if isDir {
+		if err := j.ensureDir(ctx, target); err != nil {
+			return err
+		}
+	}
+	now := j.cfg.Clock()
+	var dropped []Ino
+	err = j.update(func(txn *badger.Txn) error {
+		p, err := j.getInode(txn, parent)
+		if err != nil {
+			return err
+		}
+		n, err := j.getInode(txn, target)
+		if err != nil {
+			return err
+		}
+		if stickyDenied(c, p, n) {
+			return fmt.Errorf("remove %q from a sticky directory: %w", name, ErrPermission)
+		}
+		if isDir {
+			if empty, err := j.isEmpty(txn, target); err != nil {
+				return err
+			} else if !empty {
+				return fmt.Errorf("rmdir %q: %w", name, ErrNotEmpty)
+			}
+			p.Nlink--
+		}
+		p.Mtime, p.Ctime = now, now
+		if err := j.putInode(txn, p); err != nil {
+			return err
+		}
+		if err := j.dropName(txn, parent, name, n, now, &dropped); err != nil {
+			return err
+		}
+		return j.markDirUp(txn, parent)
+	})
+	if err == nil {
+		j.forget(dropped)
+	}
+	return err
+}
+
+// dropName removes the dentry parent/name of n and one link of n, deleting n
+// when no link is left. Deleted inodes are appended to dropped so their
+// staging files can be removed once the transaction committed.
+func (j *Journal) dropName(txn *badger.Txn, parent Ino, name string, n *inode, now int64, dropped *[]Ino) error {
+	if err := txn.Delete(dentryKey(j.m.Epoch, parent, name)); err != nil {
+		return err
+	}
+	if n.Type != TypeDir {
+		if err := txn.Delete(linkKey(j.m.Epoch, n.Ino, parent, name)); err != nil {
+			return err
+		}
+	}
+	n.Ctime = now
+	if n.Type == TypeDir || n.Nlink <= 1 {
+		return j.deleteInode(txn, n, dropped)
+	}
+	n.Nlink--
+	if err := j.putInode(txn, n); err != nil {
+		return err
+	}
+	return j.markDirty(txn, n)
+}
+
+// deleteInode removes an inode with its xattrs and dirty marker.
+func (j *Journal) deleteInode(txn *badger.Txn, n *inode, dropped *[]Ino) error {
+	if err := txn.Delete(inodeKey(j.m.Epoch, n.Ino)); err != nil {
+		return err
+	}
+	if err := txn.Delete(dirtyKey(j.m.Epoch, n.Ino)); err != nil {
+		return err
+	}
+	if err := j.deletePrefix(txn, xattrPrefix(j.m.Epoch, n.Ino)); err != nil {
+		return err
+	}
+	if n.Type == TypeRegular {
+		j.m.Bytes -= min(j.m.Bytes, n.Size)
+	}
+	if c := j.m.count(n.Type); *c > 0 {
+		*c--
+	}
+	*dropped = append(*dropped, n.Ino)
+	return nil
+}
+
+func (j *Journal) deletePrefix(txn *badger.Txn, prefix []byte) error {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	var keys [][]byte
+	for it.Rewind(); it.Valid(); it.Next() {
+		keys = append(keys, it.Item().KeyCopy(nil))
+	}
+	it.Close()
+	for _, k := range keys {
+		if err := txn.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isEmpty reports whether the loaded directory ino has no entries.
+func (j *Journal) isEmpty(txn *badger.Txn, ino Ino) (bool, error) {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: dentryPrefix(j.m.Epoch, ino), PrefetchValues: false})
+	defer it.Close()
+	it.Rewind()
+	return !it.Valid(), nil
+}
+
+// ReadDir returns a directory's entries sorted bytewise by name, without
+// "." and "..".
+func (j *Journal) ReadDir(ctx context.Context, ino Ino) ([]DirEntry, error) {
+	if err := j.lock(); err != nil {
+		return nil, err
+	}
+	defer j.mu.Unlock()
+	if err := j.ensureDir(ctx, ino); err != nil {
+		return nil, err
+	}
+	var out []DirEntry
+	err := j.db.View(func(txn *badger.Txn) error {
+		prefix := dentryPrefix(j.m.Epoch, ino)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			name := string(item.Key()[len(prefix):])
+			err := item.Value(func(v []byte) error {
+				child, t, ok := parseDentry(v)
+				if !ok {
+					return fmt.Errorf("%w: bad directory entry %q in %d", ErrIO, name, ino)
+				}
+				out = append(out, DirEntry{Name: name, Ino: child, Type: t})
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}

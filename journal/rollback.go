@@ -1,0 +1,143 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/cairnfs/cairn/chunkstore"
+)
+
+// Rollback resets the live state to snapshot to, and moves the workspace's
+// ref there. The state it discards is snapshotted first; that snapshot's ID
+// is returned so the rollback can be undone (by rolling back to it).
+//
+// Apart from that snapshot (O(changed)), Rollback is O(1): the live state
+// moves to a fresh, empty namespace (epoch) whose directories load lazily
+// from to's trees; the old namespace and its staging files are deleted in
+// the background. The Invalidator is told to drop every kernel cache.
+func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID) (chunkstore.ID, error) {
+	if err := j.lock(); err != nil {
+		return chunkstore.ID{}, err
+	}
+	defer j.mu.Unlock()
+	if _, err := j.store.Snapshot(ctx, to); err != nil {
+		return chunkstore.ID{}, fmt.Errorf("rollback of %q to %s: %w", j.cfg.Workspace, to.Short(), err)
+	}
+	discarded, err := j.snapshotLocked(ctx, SnapshotOptions{
+		Message: fmt.Sprintf("state before rollback to %s", to.Short()),
+		Labels:  map[string]string{"cairn.rollback": "discarded"},
+	})
+	if err != nil {
+		return chunkstore.ID{}, fmt.Errorf("rollback of %q: snapshot the current state first: %w", j.cfg.Workspace, err)
+	}
+	saved := j.m
+	oldEpoch := j.m.Epoch
+	j.m.Epoch++
+	root, xattrs, err := j.rootFrom(ctx, to)
+	if err != nil {
+		j.m = saved
+		return discarded, err
+	}
+	j.m.Seq = saved.Seq // sequence numbers keep growing across rollbacks
+	err = j.update(func(txn *badger.Txn) error {
+		if err := j.putInode(txn, root); err != nil {
+			return err
+		}
+		for _, x := range xattrs {
+			if err := txn.Set(xattrKey(j.m.Epoch, RootIno, x.Name), x.Value); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return discarded, err
+	}
+	for ino, f := range j.files {
+		f.Close()
+		delete(j.files, ino)
+	}
+	j.loadedDirs = make(map[Ino]struct{})
+	j.staging = filepath.Join(j.cfg.Dir, "staging", strconv.FormatUint(uint64(j.m.Epoch), 10))
+	if err := os.MkdirAll(j.staging, 0o700); err != nil {
+		return discarded, j.dataErr("create staging directory", RootIno, err)
+	}
+	if inv := j.cfg.Invalidator; inv != nil {
+		inv.InvalidateAll()
+	}
+	j.dropEpochLater(oldEpoch)
+	ref, err := j.store.SetRef(ctx, j.cfg.Workspace, to, j.ref)
+	if err != nil {
+		return discarded, fmt.Errorf("rollback of %q: the live state is at %s, but moving the ref failed: %w", j.cfg.Workspace, to.Short(), err)
+	}
+	j.ref = &ref
+	return discarded, nil
+}
+
+// dropEpochLater deletes an old epoch's keys and staging files in the
+// background. Close waits for it; an interrupted drop is redone at Open.
+func (j *Journal) dropEpochLater(epoch uint32) {
+	j.bg.Add(1)
+	go func() {
+		defer j.bg.Done()
+		_ = j.db.DropPrefix(epochPrefix(epoch))
+		os.RemoveAll(filepath.Join(j.cfg.Dir, "staging", strconv.FormatUint(uint64(epoch), 10)))
+	}()
+}
+
+// cleanup removes what a crash may leave behind: keys and staging files of
+// old epochs, and staging files whose inode is gone or not staged.
+func (j *Journal) cleanup() error {
+	var old []uint32
+	err := j.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("e")})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); {
+			k := it.Item().Key()
+			if len(k) < 5 {
+				it.Next()
+				continue
+			}
+			e := uint32(k[1])<<24 | uint32(k[2])<<16 | uint32(k[3])<<8 | uint32(k[4])
+			if e == j.m.Epoch {
+				break
+			}
+			old = append(old, e)
+			it.Seek(epochPrefix(e + 1))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: scan journal: %v", ErrIO, err)
+	}
+	for _, e := range old {
+		if err := j.db.DropPrefix(epochPrefix(e)); err != nil {
+			return fmt.Errorf("%w: drop old journal state: %v", ErrIO, err)
+		}
+	}
+	dirs, _ := os.ReadDir(filepath.Join(j.cfg.Dir, "staging"))
+	for _, d := range dirs {
+		if d.Name() != strconv.FormatUint(uint64(j.m.Epoch), 10) {
+			os.RemoveAll(filepath.Join(j.cfg.Dir, "staging", d.Name()))
+		}
+	}
+	files, _ := os.ReadDir(j.staging)
+	for _, f := range files {
+		ino, err := strconv.ParseUint(f.Name(), 10, 64)
+		if err != nil {
+			os.Remove(filepath.Join(j.staging, f.Name()))
+			continue
+		}
+		n, err := j.inode(Ino(ino))
+		if err != nil || !n.Staged {
+			os.Remove(filepath.Join(j.staging, f.Name()))
+		}
+	}
+	return nil
+}
+
