@@ -46,7 +46,7 @@ type committer struct {
 	ctx     context.Context
 	txn     *badger.Txn
 	files   map[Ino]committedFile // dirty files ingested in this commit (hardlinks: once)
-	updates []*inode                       // records to save after the ref moved
+	updates []*inode              // records to save after the ref moved
 	changes []chunkstore.Change
 	stats   chunkstore.SnapshotStats
 	counted map[uint64]bool // inodes counted in ChangedFiles (hardlinks: once)

@@ -463,4 +463,3 @@ func (j *Journal) forget(inos []Ino) {
 		delete(j.loadedDirs, ino)
 	}
 }
-

@@ -58,7 +58,7 @@ type Journal struct {
 	files   map[Ino]*os.File // open staging files
 
 	loadedDirs map[Ino]struct{} // directories known to be loaded in this epoch
-	bg         sync.WaitGroup    // background cleanup (dropEpochLater)
+	bg         sync.WaitGroup   // background cleanup (dropEpochLater)
 }
 
 // meta is the journal's global state, kept under "m" keys.

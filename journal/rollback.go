@@ -140,4 +140,3 @@ func (j *Journal) cleanup() error {
 	}
 	return nil
 }
-
