@@ -117,7 +117,7 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions) (chu
 	// new tree IDs and file contents become the base of the next commit.
 	for start := 0; start < len(c.updates); start += loadBatch {
 		batch := c.updates[start:min(start+loadBatch, len(c.updates))]
-		if err := j.db.Update(func(txn *badger.Txn) error {
+		if err := j.write(func(txn *badger.Txn) error {
 			for _, n := range batch {
 				if err := j.putInode(txn, n); err != nil {
 					return err
@@ -130,6 +130,7 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions) (chu
 	}
 	j.m.Base, j.m.Seq, j.m.Pending = id, snap.Seq, chunkstore.ID{}
 	j.m.Committed, j.m.Gen = j.m.Gen, j.m.Gen+1
+	clear(j.cache.marked)
 	if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
 		return id, fmt.Errorf("snapshot %s is done, but recording it in the journal failed: %w", id.Short(), err)
 	}
@@ -226,8 +227,10 @@ func (c *committer) entry(cn *inode, name, path string) (chunkstore.Entry, error
 		Ino: uint64(cn.Ino), Nlink: cn.Nlink, Rdev: cn.Rdev,
 	}
 	var err error
-	if e.Xattrs, err = j.xattrs(c.txn, cn.Ino); err != nil {
-		return e, err
+	if cn.HasXattrs {
+		if e.Xattrs, err = j.xattrs(c.txn, cn.Ino); err != nil {
+			return e, err
+		}
 	}
 	switch cn.Type {
 	case TypeDir:

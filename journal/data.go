@@ -453,13 +453,15 @@ func (j *Journal) Fsync(ctx context.Context, ino Ino, dataOnly bool) error {
 
 // forget closes and removes the staging files of deleted inodes, after the
 // transaction that deleted them committed.
-func (j *Journal) forget(inos []Ino) {
-	for _, ino := range inos {
-		if f, ok := j.files[ino]; ok {
+func (j *Journal) forget(gone []*inode) {
+	for _, n := range gone {
+		if f, ok := j.files[n.Ino]; ok {
 			f.Close()
-			delete(j.files, ino)
+			delete(j.files, n.Ino)
 		}
-		os.Remove(j.stagingPath(ino))
-		delete(j.loadedDirs, ino)
+		if n.Staged {
+			os.Remove(j.stagingPath(n.Ino))
+		}
+		delete(j.loadedDirs, n.Ino)
 	}
 }

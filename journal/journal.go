@@ -59,6 +59,7 @@ type Journal struct {
 
 	loadedDirs map[Ino]struct{} // directories known to be loaded in this epoch
 	bg         sync.WaitGroup   // background cleanup (dropEpochLater)
+	cache      inodeCache       // decoded inode records of this epoch
 }
 
 // meta is the journal's global state, kept under "m" keys.
@@ -115,7 +116,7 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal metadata in %s: %w", cfg.Dir, err)
 	}
-	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]*os.File), loadedDirs: make(map[Ino]struct{})}
+	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]*os.File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache()}
 	if err := j.open(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -189,7 +190,7 @@ func (j *Journal) initialize(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return j.db.Update(func(txn *badger.Txn) error {
+	return j.write(func(txn *badger.Txn) error {
 		if err := j.putInode(txn, root); err != nil {
 			return err
 		}
@@ -227,6 +228,7 @@ func (j *Journal) rootFrom(ctx context.Context, base chunkstore.ID) (*inode, []c
 	root.Atime, root.Mtime, root.Ctime = ra.Atime, ra.Mtime, ra.Ctime
 	root.Tree, root.Loaded = snap.Root, false
 	root.Nlink = 0 // computed when loaded: 2 + subdirectories
+	root.HasXattrs = len(ra.Xattrs) > 0
 	return root, ra.Xattrs, nil
 }
 

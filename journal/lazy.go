@@ -31,7 +31,7 @@ func (j *Journal) loaded(ctx context.Context, dir *inode) (*inode, error) {
 	subdirs := uint32(0)
 	for start := 0; start < len(tree.Entries); start += loadBatch {
 		batch := tree.Entries[start:min(start+loadBatch, len(tree.Entries))]
-		err := j.db.Update(func(txn *badger.Txn) error {
+		err := j.write(func(txn *badger.Txn) error {
 			for i := range batch {
 				if err := j.loadEntry(txn, dir.Ino, &batch[i]); err != nil {
 					return err
@@ -52,7 +52,7 @@ func (j *Journal) loaded(ctx context.Context, dir *inode) (*inode, error) {
 	if dir.Ino == RootIno {
 		dir.Nlink = 2 + subdirs // the root has no tree entry to carry it
 	}
-	if err := j.db.Update(func(txn *badger.Txn) error { return j.putInode(txn, dir) }); err != nil {
+	if err := j.write(func(txn *badger.Txn) error { return j.putInode(txn, dir) }); err != nil {
 		return nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
 	}
 	return dir, nil
@@ -94,6 +94,7 @@ func (j *Journal) loadEntry(txn *badger.Txn, parent Ino, e *chunkstore.Entry) er
 			return err
 		}
 	}
+	n.HasXattrs = len(e.Xattrs) > 0
 	return j.putInode(txn, n)
 }
 

@@ -75,7 +75,7 @@ func (j *Journal) saveMeta(txn *badger.Txn) error {
 // memory never runs ahead of disk.
 func (j *Journal) update(fn func(txn *badger.Txn) error) error {
 	saved := j.m
-	err := j.db.Update(func(txn *badger.Txn) error {
+	err := j.write(func(txn *badger.Txn) error {
 		if err := fn(txn); err != nil {
 			return err
 		}
@@ -105,29 +105,17 @@ var sentinels = []error{ErrNotFound, ErrExists, ErrNotDir, ErrIsDir, ErrNotEmpty
 	ErrPermission, ErrNoData, ErrRange, ErrTooBig, ErrFileTooBig, ErrNoSpace, ErrTooManyLinks, ErrNotSupported,
 	ErrStale, ErrBusy, ErrIO, ErrNoXattrSpace, ErrClosed, ErrBadFD, ErrNoSeekData}
 
-func (j *Journal) getInode(txn *badger.Txn, ino Ino) (*inode, error) {
-	item, err := txn.Get(inodeKey(j.m.Epoch, ino))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var n *inode
-	err = item.Value(func(v []byte) error {
-		n, err = decodeInode(ino, v)
-		return err
-	})
-	return n, err
-}
-
-func (j *Journal) putInode(txn *badger.Txn, n *inode) error {
-	return txn.Set(inodeKey(j.m.Epoch, n.Ino), n.encode())
-}
-
 // markDirty records that ino changed since the base snapshot, and that every
-// directory holding it (up to the root) needs a new tree.
+// directory holding it (up to the root) needs a new tree. An inode already
+// marked in this generation has its directories marked too (every marking
+// marks them in the same transaction), so that case is one read. Operations
+// that add a name for an inode mark the new parent themselves.
 func (j *Journal) markDirty(txn *badger.Txn, n *inode) error {
+	if g, ok, err := j.dirtyGen(txn, n.Ino); err != nil {
+		return err
+	} else if ok && g == j.m.Gen {
+		return nil
+	}
 	if err := j.setDirty(txn, n.Ino); err != nil {
 		return err
 	}
@@ -154,14 +142,19 @@ func (j *Journal) markDirty(txn *badger.Txn, n *inode) error {
 // already marked in this generation (its ancestors are marked too).
 func (j *Journal) markDirUp(txn *badger.Txn, dir Ino) error {
 	for {
+		if _, ok := j.cache.marked[dir]; ok {
+			return nil
+		}
 		if g, ok, err := j.dirtyGen(txn, dir); err != nil {
 			return err
 		} else if ok && g == j.m.Gen {
+			j.cache.pendingMarked = append(j.cache.pendingMarked, dir)
 			return nil
 		}
 		if err := j.setDirty(txn, dir); err != nil {
 			return err
 		}
+		j.cache.pendingMarked = append(j.cache.pendingMarked, dir)
 		if dir == RootIno {
 			return nil
 		}
@@ -171,6 +164,14 @@ func (j *Journal) markDirUp(txn *badger.Txn, dir Ino) error {
 		}
 		dir = d.Parent
 	}
+}
+
+// markNew marks a new inode, whose only name is in parent, dirty.
+func (j *Journal) markNew(txn *badger.Txn, ino, parent Ino) error {
+	if err := j.setDirty(txn, ino); err != nil {
+		return err
+	}
+	return j.markDirUp(txn, parent)
 }
 
 func (j *Journal) setDirty(txn *badger.Txn, ino Ino) error {

@@ -210,7 +210,7 @@ func (j *Journal) mknode(ctx context.Context, c Caller, parent Ino, name string,
 				return err
 			}
 		}
-		if err := j.markDirty(txn, n); err != nil {
+		if err := j.markNew(txn, n.Ino, parent); err != nil {
 			return err
 		}
 		a = n.Attr
@@ -290,7 +290,10 @@ func (j *Journal) Link(ctx context.Context, c Caller, ino Ino, newParent Ino, ne
 			}
 		}
 		a = n.Attr
-		return j.markDirty(txn, n)
+		if err := j.markDirty(txn, n); err != nil {
+			return err
+		}
+		return j.markDirUp(txn, newParent)
 	})
 	return a, err
 }
@@ -330,33 +333,31 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 	if err := j.ensureDir(ctx, parent); err != nil {
 		return err
 	}
+	// A directory to remove must be loaded (to see that it is empty) before
+	// the transaction; a file needs no second look.
 	var target Ino
-	err := j.db.View(func(txn *badger.Txn) error {
-		ino, t, ok, err := j.child(txn, parent, name)
-		switch {
-		case err != nil:
-			return err
-		case !ok:
-			return fmt.Errorf("remove %q: %w", name, ErrNotFound)
-		case isDir && t != TypeDir:
-			return fmt.Errorf("rmdir %q: %w", name, ErrNotDir)
-		case !isDir && t == TypeDir:
-			return fmt.Errorf("unlink %q: %w", name, ErrIsDir)
-		}
-		target = ino
-		return nil
-	})
-	if err != nil {
-		return err
-	}
 	if isDir {
+		err := j.db.View(func(txn *badger.Txn) error {
+			var err error
+			target, err = j.childOfType(txn, parent, name, true)
+			return err
+		})
+		if err != nil {
+			return err
+		}
 		if err := j.ensureDir(ctx, target); err != nil {
 			return err
 		}
 	}
 	now := j.cfg.Clock()
-	var dropped []Ino
-	err = j.update(func(txn *badger.Txn) error {
+	var dropped []*inode
+	err := j.update(func(txn *badger.Txn) error {
+		if !isDir {
+			var err error
+			if target, err = j.childOfType(txn, parent, name, false); err != nil {
+				return err
+			}
+		}
 		p, err := j.getInode(txn, parent)
 		if err != nil {
 			return err
@@ -391,10 +392,26 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 	return err
 }
 
+// childOfType looks up name for rmdir (dir) or unlink (!dir).
+func (j *Journal) childOfType(txn *badger.Txn, parent Ino, name string, dir bool) (Ino, error) {
+	ino, t, ok, err := j.child(txn, parent, name)
+	switch {
+	case err != nil:
+		return 0, err
+	case !ok:
+		return 0, fmt.Errorf("remove %q: %w", name, ErrNotFound)
+	case dir && t != TypeDir:
+		return 0, fmt.Errorf("rmdir %q: %w", name, ErrNotDir)
+	case !dir && t == TypeDir:
+		return 0, fmt.Errorf("unlink %q: %w", name, ErrIsDir)
+	}
+	return ino, nil
+}
+
 // dropName removes the dentry parent/name of n and one link of n, deleting n
 // when no link is left. Deleted inodes are appended to dropped so their
 // staging files can be removed once the transaction committed.
-func (j *Journal) dropName(txn *badger.Txn, parent Ino, name string, n *inode, now int64, dropped *[]Ino) error {
+func (j *Journal) dropName(txn *badger.Txn, parent Ino, name string, n *inode, now int64, dropped *[]*inode) error {
 	if err := txn.Delete(dentryKey(j.m.Epoch, parent, name)); err != nil {
 		return err
 	}
@@ -415,15 +432,17 @@ func (j *Journal) dropName(txn *badger.Txn, parent Ino, name string, n *inode, n
 }
 
 // deleteInode removes an inode with its xattrs and dirty marker.
-func (j *Journal) deleteInode(txn *badger.Txn, n *inode, dropped *[]Ino) error {
-	if err := txn.Delete(inodeKey(j.m.Epoch, n.Ino)); err != nil {
+func (j *Journal) deleteInode(txn *badger.Txn, n *inode, dropped *[]*inode) error {
+	if err := j.delInode(txn, n.Ino); err != nil {
 		return err
 	}
 	if err := txn.Delete(dirtyKey(j.m.Epoch, n.Ino)); err != nil {
 		return err
 	}
-	if err := j.deletePrefix(txn, xattrPrefix(j.m.Epoch, n.Ino)); err != nil {
-		return err
+	if n.HasXattrs {
+		if err := j.deletePrefix(txn, xattrPrefix(j.m.Epoch, n.Ino)); err != nil {
+			return err
+		}
 	}
 	if n.Type == TypeRegular {
 		j.m.Bytes -= min(j.m.Bytes, n.Size)
@@ -431,7 +450,7 @@ func (j *Journal) deleteInode(txn *badger.Txn, n *inode, dropped *[]Ino) error {
 	if c := j.m.count(n.Type); *c > 0 {
 		*c--
 	}
-	*dropped = append(*dropped, n.Ino)
+	*dropped = append(*dropped, n)
 	return nil
 }
 

@@ -28,12 +28,15 @@ type inode struct {
 	Chunks     []chunkstore.ChunkRef
 	ChunkLists []chunkstore.ChunkListRef
 	Staged     bool
+
+	HasXattrs bool // the inode may have xattrs (set when one is set)
 }
 
 const (
 	recordVersion = 1
 	flagLoaded    = 1 << 0
 	flagStaged    = 1 << 1
+	flagXattrs    = 1 << 2
 )
 
 // Record layout, version 1 (little endian, uvarints minimal):
@@ -51,6 +54,9 @@ func (n *inode) encode() []byte {
 	}
 	if n.Staged {
 		flags |= flagStaged
+	}
+	if n.HasXattrs {
+		flags |= flagXattrs
 	}
 	b = append(b, recordVersion, byte(n.Type), flags)
 	for _, v := range []uint64{uint64(n.Mode), uint64(n.UID), uint64(n.GID), n.Size, uint64(n.Nlink), n.Rdev} {
@@ -170,7 +176,7 @@ func decodeInode(ino Ino, data []byte) (*inode, error) {
 	n.Ino = ino
 	n.Type = Type(d.u8())
 	flags := d.u8()
-	n.Loaded, n.Staged = flags&flagLoaded != 0, flags&flagStaged != 0
+	n.Loaded, n.Staged, n.HasXattrs = flags&flagLoaded != 0, flags&flagStaged != 0, flags&flagXattrs != 0
 	n.Mode, n.UID, n.GID = d.u32(), d.u32(), d.u32()
 	n.Size = d.uv()
 	n.Nlink = d.u32()

@@ -63,7 +63,7 @@ func (j *Journal) Rename(ctx context.Context, c Caller, parent Ino, name string,
 		}
 	}
 	now := j.cfg.Clock()
-	var dropped []Ino
+	var dropped []*inode
 	err = j.update(func(txn *badger.Txn) error {
 		switch {
 		case flags&RenameExchange != 0 && !dstOK:

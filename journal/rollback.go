@@ -38,9 +38,11 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID) (chunkstore.ID
 	saved := j.m
 	oldEpoch := j.m.Epoch
 	j.m.Epoch++
+	j.cache.reset()
 	root, xattrs, err := j.rootFrom(ctx, to)
 	if err != nil {
 		j.m = saved
+		j.cache.reset()
 		return discarded, err
 	}
 	j.m.Seq = saved.Seq // sequence numbers keep growing across rollbacks

@@ -118,6 +118,7 @@ func (j *Journal) SetXattr(ctx context.Context, c Caller, ino Ino, name string, 
 		if err := txn.Set(xattrKey(j.m.Epoch, ino, name), append([]byte(nil), value...)); err != nil {
 			return err
 		}
+		n.HasXattrs = true
 		n.Ctime = now
 		if err := j.putInode(txn, n); err != nil {
 			return err

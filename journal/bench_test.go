@@ -1,0 +1,178 @@
+package journal_test
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cairnfs/cairn/chunkstore"
+	"github.com/cairnfs/cairn/chunkstore/chunkstoretest"
+	"github.com/cairnfs/cairn/journal"
+)
+
+func benchJournal(b *testing.B) *journal.Journal {
+	b.Helper()
+	store := chunkstoretest.NewStore(b, chunkstoretest.LocalBackend(b), chunkstore.InitOptions{}, chunkstore.Options{})
+	j, err := journal.Open(ctx, journal.Config{Dir: b.TempDir(), Store: store, Workspace: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { j.Close() })
+	return j
+}
+
+// dirFor spreads names over directories of 1000 entries, as a source tree
+// would.
+func dirFor(b *testing.B, j *journal.Journal, dirs map[int]journal.Ino, i int) journal.Ino {
+	d, ok := dirs[i/1000]
+	if !ok {
+		a, err := j.Mkdir(ctx, journal.Root, journal.RootIno, "d"+strconv.Itoa(i/1000), 0o755)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d = a.Ino
+		dirs[i/1000] = d
+	}
+	return d
+}
+
+func BenchmarkCreate(b *testing.B) {
+	j := benchJournal(b)
+	dirs := map[int]journal.Ino{}
+	i := 0
+	for b.Loop() {
+		if _, err := j.Create(ctx, journal.Root, dirFor(b, j, dirs, i), "f"+strconv.Itoa(i), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
+func BenchmarkLookup(b *testing.B) {
+	j := benchJournal(b)
+	dirs := map[int]journal.Ino{}
+	const n = 10000
+	for i := range n {
+		if _, err := j.Create(ctx, journal.Root, dirFor(b, j, dirs, i), "f"+strconv.Itoa(i), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	i := 0
+	for b.Loop() {
+		k := i % n
+		if _, err := j.Lookup(ctx, dirs[k/1000], "f"+strconv.Itoa(k)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
+func BenchmarkUnlink(b *testing.B) {
+	j := benchJournal(b)
+	dirs := map[int]journal.Ino{}
+	for i := range b.N {
+		if _, err := j.Create(ctx, journal.Root, dirFor(b, j, dirs, i), "f"+strconv.Itoa(i), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if err := j.Unlink(ctx, journal.Root, dirs[i/1000], "f"+strconv.Itoa(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
+// bigWorkspace builds a snapshotted workspace of n small files in
+// directories of 1000 and returns the journal and a file to change.
+func bigWorkspace(b *testing.B, n int) (*journal.Journal, journal.Ino) {
+	j := benchJournal(b)
+	dirs := map[int]journal.Ino{}
+	var last journal.Ino
+	for i := range n {
+		a, err := j.Create(ctx, journal.Root, dirFor(b, j, dirs, i), "f"+strconv.Itoa(i), 0o644)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := j.Write(ctx, journal.Root, a.Ino, []byte("content of file "+strconv.Itoa(i)+"\n"), 0); err != nil {
+			b.Fatal(err)
+		}
+		last = a.Ino
+	}
+	if _, err := j.Snapshot(ctx, journal.SnapshotOptions{Message: "base"}); err != nil {
+		b.Fatal(err)
+	}
+	return j, last
+}
+
+// BenchmarkSnapshotSmallChange: one changed file in a 100k-file workspace.
+func BenchmarkSnapshotSmallChange(b *testing.B) {
+	j, f := bigWorkspace(b, 100_000)
+	i := 0
+	for b.Loop() {
+		if _, err := j.Write(ctx, journal.Root, f, []byte(fmt.Sprintf("change %d\n", i)), 0); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := j.Snapshot(ctx, journal.SnapshotOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkRollback: roll a 100k-file workspace with one changed file back
+// to its base (which snapshots the change first).
+func BenchmarkRollback(b *testing.B) {
+	j, f := bigWorkspace(b, 100_000)
+	base := j.Base()
+	i := 0
+	for b.Loop() {
+		if _, err := j.Write(ctx, journal.Root, f, []byte(fmt.Sprintf("change %d\n", i)), 0); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := j.Rollback(ctx, base); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkMemory100k reports the RSS of a 100k-file workspace with every
+// directory loaded (after a walk), measured from the process's VmRSS.
+func BenchmarkMemory100k(b *testing.B) {
+	for b.Loop() {
+		before := rss()
+		j, _ := bigWorkspace(b, 100_000)
+		ents, err := j.ReadDir(ctx, journal.RootIno)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, e := range ents {
+			if _, err := j.ReadDir(ctx, e.Ino); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		b.ReportMetric(float64(rss()-before)/1e6, "rss-MB")
+	}
+}
+
+func rss() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

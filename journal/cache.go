@@ -1,0 +1,114 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// inodeCache keeps decoded inode records of the current epoch in memory, so
+// that hot inodes (the directories every operation touches) are not read
+// and decoded from Badger each time. It holds committed state only: records
+// written in a transaction wait in pending and are published when it
+// commits, dropped when it fails. Operations are serialised by j.mu, so one
+// pending set suffices. Callers get copies and may modify them (slices are
+// shared and never modified in place).
+type inodeCache struct {
+	m       map[Ino]*inode
+	pending map[Ino]*inode // written in the current transaction; nil: deleted
+
+	// marked holds the directories whose dirty marker carries the current
+	// generation (so their ancestors' do too); valid for one generation.
+	marked        map[Ino]struct{}
+	pendingMarked []Ino
+}
+
+// inodeCacheMax bounds the cache; past it, it starts over.
+const inodeCacheMax = 32768
+
+func newInodeCache() inodeCache {
+	return inodeCache{m: make(map[Ino]*inode), pending: make(map[Ino]*inode), marked: make(map[Ino]struct{})}
+}
+
+func (c *inodeCache) reset() {
+	clear(c.m)
+	clear(c.pending)
+	clear(c.marked)
+	c.pendingMarked = c.pendingMarked[:0]
+}
+
+func (j *Journal) getInode(txn *badger.Txn, ino Ino) (*inode, error) {
+	if n, ok := j.cache.pending[ino]; ok {
+		if n == nil {
+			return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
+		}
+		cp := *n
+		return &cp, nil
+	}
+	if n, ok := j.cache.m[ino]; ok {
+		cp := *n
+		return &cp, nil
+	}
+	item, err := txn.Get(inodeKey(j.m.Epoch, ino))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var n *inode
+	err = item.Value(func(v []byte) error {
+		n, err = decodeInode(ino, v)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(j.cache.m) >= inodeCacheMax {
+		clear(j.cache.m)
+	}
+	j.cache.m[ino] = n
+	cp := *n
+	return &cp, nil
+}
+
+func (j *Journal) putInode(txn *badger.Txn, n *inode) error {
+	if err := txn.Set(inodeKey(j.m.Epoch, n.Ino), n.encode()); err != nil {
+		return err
+	}
+	cp := *n
+	j.cache.pending[n.Ino] = &cp
+	return nil
+}
+
+func (j *Journal) delInode(txn *badger.Txn, ino Ino) error {
+	if err := txn.Delete(inodeKey(j.m.Epoch, ino)); err != nil {
+		return err
+	}
+	j.cache.pending[ino] = nil
+	return nil
+}
+
+// write runs fn in a read-write transaction and publishes the inode records
+// it wrote to the cache if it committed.
+func (j *Journal) write(fn func(txn *badger.Txn) error) error {
+	clear(j.cache.pending)
+	j.cache.pendingMarked = j.cache.pendingMarked[:0]
+	err := j.db.Update(fn)
+	if err == nil {
+		for ino, n := range j.cache.pending {
+			if n == nil {
+				delete(j.cache.m, ino)
+			} else {
+				j.cache.m[ino] = n
+			}
+		}
+		for _, ino := range j.cache.pendingMarked {
+			j.cache.marked[ino] = struct{}{}
+		}
+	}
+	clear(j.cache.pending)
+	j.cache.pendingMarked = j.cache.pendingMarked[:0]
+	return err
+}
