@@ -13,6 +13,9 @@ const (
 	KindTree BlobKind = 2
 	// KindChunkList is part of a large file's chunk list (see ChunkList).
 	KindChunkList BlobKind = 3
+	// KindChanges is a snapshot's list of changed paths, when too long to
+	// keep in the record (see Snapshot.ChangesBlob).
+	KindChanges BlobKind = 4
 )
 
 func (k BlobKind) String() string {
@@ -23,12 +26,14 @@ func (k BlobKind) String() string {
 		return "tree"
 	case KindChunkList:
 		return "chunklist"
+	case KindChanges:
+		return "changes"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
 // Valid reports whether k is a known kind.
-func (k BlobKind) Valid() bool { return k >= KindData && k <= KindChunkList }
+func (k BlobKind) Valid() bool { return k >= KindData && k <= KindChanges }
 
 // ChunkRef is one piece of a file's content, in file order. A zero ID means a
 // hole: Size bytes that read as zeros and have no blob behind them.

@@ -45,6 +45,19 @@ func (s *Store) PutSnapshot(ctx context.Context, snap *Snapshot) (ID, error) {
 	if !s.Has(snap.Root) {
 		return ID{}, fmt.Errorf("%w: snapshot root tree %s is not in the store", ErrNotFound, snap.Root.Short())
 	}
+	if len(snap.Changes) > MaxInlineChanges {
+		list, err := EncodeChanges(snap.Changes)
+		if err != nil {
+			return ID{}, err
+		}
+		blob, _, err := s.PutBlob(ctx, KindChanges, list)
+		if err != nil {
+			return ID{}, err
+		}
+		out := *snap
+		out.Changes, out.ChangesBlob, out.ChangesCount = nil, blob, uint64(len(snap.Changes))
+		snap = &out
+	}
 	data, err := EncodeSnapshot(snap)
 	if err != nil {
 		return ID{}, err
@@ -57,6 +70,32 @@ func (s *Store) PutSnapshot(ctx context.Context, snap *Snapshot) (ID, error) {
 		return ID{}, fmt.Errorf("write snapshot %s: %w", id.Short(), err)
 	}
 	return id, nil
+}
+
+// MaxInlineChanges is the longest change list kept inside a snapshot
+// record; longer ones go to a KindChanges blob.
+const MaxInlineChanges = 1000
+
+// Changes returns a snapshot's change list, from the record or its blob.
+func (s *Store) Changes(ctx context.Context, snap *Snapshot) ([]Change, error) {
+	if snap.ChangesBlob.IsZero() {
+		return snap.Changes, nil
+	}
+	kind, data, err := s.blob(ctx, snap.ChangesBlob)
+	if err != nil {
+		return nil, fmt.Errorf("change list: %w", err)
+	}
+	if kind != KindChanges {
+		return nil, fmt.Errorf("%w: blob %s is a %s blob, not a change list", ErrCorrupt, snap.ChangesBlob.Short(), kind)
+	}
+	changes, err := DecodeChanges(data)
+	if err != nil {
+		return nil, err
+	}
+	if uint64(len(changes)) != snap.ChangesCount {
+		return nil, fmt.Errorf("%w: change list %s holds %d changes, the record says %d", ErrCorrupt, snap.ChangesBlob.Short(), len(changes), snap.ChangesCount)
+	}
+	return changes, nil
 }
 
 // Snapshot reads a snapshot record, verified against its ID.

@@ -99,8 +99,15 @@ type Snapshot struct {
 	Provenance map[string]string `json:"provenance,omitempty"`
 	// Stats summarise the snapshot and the commit that made it.
 	Stats SnapshotStats `json:"stats"`
-	// Changes lists what changed since the first parent.
+	// Changes lists what changed since the first parent. A long list is
+	// kept out of the record, in a blob (ChangesBlob): Store.PutSnapshot
+	// moves it there and Store.Changes reads it back, so that reading a
+	// record stays cheap however large the commit was.
 	Changes []Change `json:"changes,omitempty"`
+	// ChangesBlob is the KindChanges blob holding the change list when it
+	// is not inline; ChangesCount is its length.
+	ChangesBlob  ID     `json:"changes_blob,omitzero"`
+	ChangesCount uint64 `json:"changes_count,omitempty"`
 	// Excluded lists what a policy left out of the snapshot (never silent).
 	Excluded []Exclusion `json:"excluded,omitempty"`
 	// Expires is when retention may delete the snapshot; nil: never.
@@ -407,6 +414,12 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 // check validates s; times must already be in UTC. Encode and decode share
 // it, so a decoded record always re-encodes.
 func (s *Snapshot) check() error {
+	if !s.ChangesBlob.IsZero() && (len(s.Changes) > 0 || s.ChangesCount == 0) {
+		return fmt.Errorf("%w: snapshot has a change-list blob and inline changes, or a blob of zero changes", ErrInvalid)
+	}
+	if s.ChangesBlob.IsZero() && s.ChangesCount != 0 {
+		return fmt.Errorf("%w: snapshot counts %d changes in a blob it does not name", ErrInvalid, s.ChangesCount)
+	}
 	if s.Root.IsZero() {
 		return errors.New("zero root tree ID")
 	}
@@ -488,4 +501,19 @@ func checkStringMap(what string, m map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// EncodeChanges encodes a change list for a KindChanges blob: a JSON array
+// (the blob is compressed in its pack).
+func EncodeChanges(changes []Change) ([]byte, error) {
+	return json.Marshal(changes)
+}
+
+// DecodeChanges decodes a KindChanges blob.
+func DecodeChanges(data []byte) ([]Change, error) {
+	var out []Change
+	if err := unmarshalStrict(data, &out); err != nil {
+		return nil, fmt.Errorf("%w: change list: %v", ErrCorrupt, err)
+	}
+	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -694,4 +695,34 @@ func TestStore_CloseFlushesAndRefuses(t *testing.T) {
 		t.Fatal("data written before Close was lost")
 	}
 	t.Logf("racing writes: %d stored, %d refused", ok.Load(), refused.Load())
+}
+
+// A long change list leaves the record for a blob; Changes reads it back.
+func TestStore_LargeChangeList(t *testing.T) {
+	s := chunkstoretest.NewStore(t, chunkstoretest.LocalBackend(t), chunkstore.InitOptions{}, chunkstore.Options{})
+	root, err := s.PutTree(ctx, &chunkstore.Tree{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{3, chunkstore.MaxInlineChanges + 1, 50_000} {
+		changes := make([]chunkstore.Change, n)
+		for i := range changes {
+			changes[i] = chunkstore.Change{Path: fmt.Sprintf("/dir/file-%d", i), Op: chunkstore.ChangeAdded, Size: uint64(i)}
+		}
+		id, err := s.PutSnapshot(ctx, &chunkstore.Snapshot{Root: root, Workspace: "w", Seq: 1, Time: time.Now(), Changes: changes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := s.Snapshot(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inline := len(rec.Changes) > 0; inline != (n <= chunkstore.MaxInlineChanges) {
+			t.Errorf("%d changes: inline = %v", n, inline)
+		}
+		got, err := s.Changes(ctx, rec)
+		if err != nil || !slices.Equal(got, changes) {
+			t.Fatalf("%d changes: read back %d, %v", n, len(got), err)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -22,13 +23,19 @@ type inodeCache struct {
 	// generation (so their ancestors' do too); valid for one generation.
 	marked        map[Ino]struct{}
 	pendingMarked []Ino
+
+	// dirty is the dirty set: every inode whose marker is newer than the
+	// last commit. Loaded at open (O(dirty)), kept in step by setDirty,
+	// emptied by a commit.
+	dirty        map[Ino]struct{}
+	pendingDirty []Ino
 }
 
 // inodeCacheMax bounds the cache; past it, it starts over.
 const inodeCacheMax = 32768
 
 func newInodeCache() inodeCache {
-	return inodeCache{m: make(map[Ino]*inode), pending: make(map[Ino]*inode), marked: make(map[Ino]struct{})}
+	return inodeCache{m: make(map[Ino]*inode), pending: make(map[Ino]*inode), marked: make(map[Ino]struct{}), dirty: make(map[Ino]struct{})}
 }
 
 func (c *inodeCache) reset() {
@@ -36,6 +43,8 @@ func (c *inodeCache) reset() {
 	clear(c.pending)
 	clear(c.marked)
 	c.pendingMarked = c.pendingMarked[:0]
+	clear(c.dirty)
+	c.pendingDirty = c.pendingDirty[:0]
 }
 
 func (j *Journal) getInode(txn *badger.Txn, ino Ino) (*inode, error) {
@@ -95,6 +104,7 @@ func (j *Journal) delInode(txn *badger.Txn, ino Ino) error {
 func (j *Journal) write(fn func(txn *badger.Txn) error) error {
 	clear(j.cache.pending)
 	j.cache.pendingMarked = j.cache.pendingMarked[:0]
+	j.cache.pendingDirty = j.cache.pendingDirty[:0]
 	err := j.db.Update(fn)
 	if err == nil {
 		for ino, n := range j.cache.pending {
@@ -107,8 +117,38 @@ func (j *Journal) write(fn func(txn *badger.Txn) error) error {
 		for _, ino := range j.cache.pendingMarked {
 			j.cache.marked[ino] = struct{}{}
 		}
+		for _, ino := range j.cache.pendingDirty {
+			j.cache.dirty[ino] = struct{}{}
+		}
 	}
 	clear(j.cache.pending)
 	j.cache.pendingMarked = j.cache.pendingMarked[:0]
+	j.cache.pendingDirty = j.cache.pendingDirty[:0]
 	return err
+}
+
+// loadDirty fills the in-memory dirty set from the markers (at open).
+func (j *Journal) loadDirty() error {
+	clear(j.cache.dirty)
+	prefix := inoKey(j.m.Epoch, 'D', 0)[:6]
+	return j.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			if len(k) != 14 {
+				continue
+			}
+			err := it.Item().Value(func(v []byte) error {
+				if len(v) == 8 && binary.BigEndian.Uint64(v) > j.m.Committed {
+					j.cache.dirty[Ino(binary.BigEndian.Uint64(k[6:]))] = struct{}{}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -37,7 +37,8 @@ func (j *Journal) Snapshot(ctx context.Context, opts SnapshotOptions) (chunkstor
 		return chunkstore.ID{}, err
 	}
 	defer j.mu.Unlock()
-	return j.snapshotLocked(ctx, opts)
+	id, _, err := j.snapshotLocked(ctx, opts, false)
+	return id, err
 }
 
 // committer builds the trees of one snapshot.
@@ -52,7 +53,10 @@ type committer struct {
 	counted map[uint64]bool // inodes counted in ChangedFiles (hardlinks: once)
 }
 
-func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions) (chunkstore.ID, error) {
+// snapshotLocked takes a snapshot. A detached snapshot only reaches the
+// store: the ref does not move and the journal's state is not touched (the
+// state before a rollback, which the rollback is about to discard).
+func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, detached bool) (chunkstore.ID, *chunkstore.Snapshot, error) {
 	before := j.store.Stats()
 	c := &committer{j: j, ctx: ctx, files: make(map[Ino]committedFile), counted: make(map[uint64]bool)}
 	var rootTree chunkstore.ID
@@ -71,7 +75,7 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions) (chu
 		return err
 	})
 	if err != nil {
-		return chunkstore.ID{}, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+		return chunkstore.ID{}, nil, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
 	}
 	after := j.store.Stats()
 	c.stats.Files, c.stats.Dirs, c.stats.Symlinks, c.stats.Others = j.m.Files, j.m.Dirs, j.m.Symlinks, j.m.Others
@@ -100,17 +104,20 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions) (chu
 	}
 	id, err := j.store.PutSnapshot(ctx, snap)
 	if err != nil {
-		return chunkstore.ID{}, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+		return chunkstore.ID{}, nil, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+	}
+	if detached {
+		return id, snap, nil
 	}
 	j.m.Pending = id
 	if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
-		return chunkstore.ID{}, err
+		return chunkstore.ID{}, nil, err
 	}
 	ref, err := j.store.SetRef(ctx, j.cfg.Workspace, id, j.ref)
 	if err != nil {
 		j.m.Pending = chunkstore.ID{}
 		_ = j.update(func(*badger.Txn) error { return nil })
-		return chunkstore.ID{}, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+		return chunkstore.ID{}, nil, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
 	}
 	j.ref = &ref
 	// The snapshot is done. Bring the journal's records up to date: the
@@ -125,16 +132,27 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions) (chu
 			}
 			return nil
 		}); err != nil {
-			return id, fmt.Errorf("%w: snapshot %s is done, but recording it in the journal failed: %v", ErrIO, id.Short(), err)
+			return id, snap, fmt.Errorf("%w: snapshot %s is done, but recording it in the journal failed: %v", ErrIO, id.Short(), err)
 		}
 	}
 	j.m.Base, j.m.Seq, j.m.Pending = id, snap.Seq, chunkstore.ID{}
 	j.m.Committed, j.m.Gen = j.m.Gen, j.m.Gen+1
-	clear(j.cache.marked)
 	if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
-		return id, fmt.Errorf("snapshot %s is done, but recording it in the journal failed: %w", id.Short(), err)
+		return id, snap, fmt.Errorf("snapshot %s is done, but recording it in the journal failed: %w", id.Short(), err)
 	}
-	return id, nil
+	// The markers of this commit are stale now; delete them so that the
+	// dirty scan at Open stays O(dirty). (A failure leaves harmless stale
+	// markers: Open ignores markers at or below Committed.)
+	wb := j.db.NewWriteBatch()
+	for ino := range j.cache.dirty {
+		if wb.Delete(dirtyKey(j.m.Epoch, ino)) != nil {
+			break
+		}
+	}
+	_ = wb.Flush()
+	clear(j.cache.marked)
+	clear(j.cache.dirty)
+	return id, snap, nil
 }
 
 // resolvePending finishes or forgets a snapshot that was being committed
@@ -159,12 +177,17 @@ func (j *Journal) resolvePending() error {
 // dirty descendants.
 func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
 	j := c.j
-	dirty, err := j.isDirty(c.txn, n.Ino)
-	if err != nil {
-		return chunkstore.ID{}, err
-	}
-	if !n.Loaded || (!dirty && !n.Tree.IsZero()) {
+	if !n.Loaded || (!j.isDirty(n.Ino) && !n.Tree.IsZero()) {
 		return n.Tree, nil
+	}
+	// The previous tree: for the diff, and to reuse the entries of clean
+	// children as they are (no record to read for them).
+	prev := &chunkstore.Tree{}
+	if !n.Tree.IsZero() {
+		var err error
+		if prev, err = j.store.Tree(c.ctx, n.Tree); err != nil {
+			return chunkstore.ID{}, err
+		}
 	}
 	prefix := dentryPrefix(j.m.Epoch, n.Ino)
 	it := c.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
@@ -192,7 +215,15 @@ func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
 	it.Close()
 
 	tree := &chunkstore.Tree{Entries: make([]chunkstore.Entry, 0, len(dents))}
+	pi := 0
 	for _, d := range dents {
+		for pi < len(prev.Entries) && prev.Entries[pi].Name < d.name {
+			pi++
+		}
+		if pi < len(prev.Entries) && prev.Entries[pi].Name == d.name && Ino(prev.Entries[pi].Ino) == d.ino && !j.isDirty(d.ino) {
+			tree.Entries = append(tree.Entries, prev.Entries[pi]) // unchanged
+			continue
+		}
 		cn, err := j.getInode(c.txn, d.ino)
 		if err != nil {
 			return chunkstore.ID{}, err
@@ -207,9 +238,7 @@ func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
 	if err != nil {
 		return chunkstore.ID{}, err
 	}
-	if err := c.diff(n.Tree, tree, path); err != nil {
-		return chunkstore.ID{}, err
-	}
+	c.diff(prev, tree, path)
 	if id != n.Tree {
 		up := *n
 		up.Tree = id
@@ -258,11 +287,7 @@ func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error
 	if cf, ok := c.files[n.Ino]; ok {
 		return cf.fc, cf.inline, nil
 	}
-	dirty, err := j.isDirty(c.txn, n.Ino)
-	if err != nil {
-		return chunkstore.FileContent{}, nil, err
-	}
-	if !n.Staged || !dirty {
+	if !n.Staged || !j.isDirty(n.Ino) {
 		return n.content(), n.Inline, nil
 	}
 	f, err := j.stagingFile(n.Ino, false)
@@ -323,16 +348,7 @@ func (j *Journal) xattrs(txn *badger.Txn, ino Ino) ([]chunkstore.Xattr, error) {
 // diff records the changes between a directory's previous tree and its new
 // one. Directory entries are reported when added or removed, or when their
 // own metadata changed; changes inside them are reported by their own diff.
-func (c *committer) diff(old chunkstore.ID, cur *chunkstore.Tree, path string) error {
-	var prev *chunkstore.Tree
-	if !old.IsZero() {
-		var err error
-		if prev, err = c.j.store.Tree(c.ctx, old); err != nil {
-			return err
-		}
-	} else {
-		prev = &chunkstore.Tree{}
-	}
+func (c *committer) diff(prev, cur *chunkstore.Tree, path string) {
 	i, k := 0, 0
 	for i < len(prev.Entries) || k < len(cur.Entries) {
 		switch {
@@ -357,7 +373,6 @@ func (c *committer) diff(old chunkstore.ID, cur *chunkstore.Tree, path string) e
 			k++
 		}
 	}
-	return nil
 }
 
 func (c *committer) countChanged(e *chunkstore.Entry) {

@@ -166,6 +166,9 @@ func (j *Journal) open(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := j.loadDirty(); err != nil {
+		return fmt.Errorf("%w: read the dirty set: %v", ErrIO, err)
+	}
 	j.staging = filepath.Join(j.cfg.Dir, "staging", fmt.Sprint(j.m.Epoch))
 	if err := os.MkdirAll(j.staging, 0o700); err != nil {
 		return fmt.Errorf("create staging directory: %w", err)
@@ -217,6 +220,15 @@ func (j *Journal) rootFrom(ctx context.Context, base chunkstore.ID) (*inode, []c
 	if err != nil {
 		return nil, nil, fmt.Errorf("open workspace %q at snapshot %s: %w", j.cfg.Workspace, base.Short(), err)
 	}
+	return j.rootOf(base, snap)
+}
+
+// rootOf is rootFrom with the base snapshot's record already read.
+func (j *Journal) rootOf(base chunkstore.ID, snap *chunkstore.Snapshot) (*inode, []chunkstore.Xattr, error) {
+	now := j.cfg.Clock()
+	root := &inode{Attr: Attr{Ino: RootIno, Type: TypeDir, Mode: 0o755, Nlink: 2, Atime: now, Mtime: now, Ctime: now}, Parent: RootIno, Loaded: true}
+	j.m.Base, j.m.Seq, j.m.Bytes = base, 0, 0
+	j.m.Files, j.m.Dirs, j.m.Symlinks, j.m.Others = 0, 0, 0, 0
 	if snap.Workspace == j.cfg.Workspace {
 		j.m.Seq = snap.Seq
 	}

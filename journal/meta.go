@@ -175,6 +175,7 @@ func (j *Journal) markNew(txn *badger.Txn, ino, parent Ino) error {
 }
 
 func (j *Journal) setDirty(txn *badger.Txn, ino Ino) error {
+	j.cache.pendingDirty = append(j.cache.pendingDirty, ino)
 	return txn.Set(dirtyKey(j.m.Epoch, ino), u64(j.m.Gen))
 }
 
@@ -199,7 +200,7 @@ func (j *Journal) dirtyGen(txn *badger.Txn, ino Ino) (uint64, bool, error) {
 }
 
 // isDirty reports whether ino changed since the base snapshot.
-func (j *Journal) isDirty(txn *badger.Txn, ino Ino) (bool, error) {
-	g, ok, err := j.dirtyGen(txn, ino)
-	return ok && g > j.m.Committed, err
+func (j *Journal) isDirty(ino Ino) bool {
+	_, ok := j.cache.dirty[ino]
+	return ok
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -25,13 +26,14 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID) (chunkstore.ID
 		return chunkstore.ID{}, err
 	}
 	defer j.mu.Unlock()
-	if _, err := j.store.Snapshot(ctx, to); err != nil {
+	target, err := j.store.Snapshot(ctx, to)
+	if err != nil {
 		return chunkstore.ID{}, fmt.Errorf("rollback of %q to %s: %w", j.cfg.Workspace, to.Short(), err)
 	}
-	discarded, err := j.snapshotLocked(ctx, SnapshotOptions{
+	discarded, rec, err := j.snapshotLocked(ctx, SnapshotOptions{
 		Message: fmt.Sprintf("state before rollback to %s", to.Short()),
 		Labels:  map[string]string{"cairn.rollback": "discarded"},
-	})
+	}, true)
 	if err != nil {
 		return chunkstore.ID{}, fmt.Errorf("rollback of %q: snapshot the current state first: %w", j.cfg.Workspace, err)
 	}
@@ -39,13 +41,13 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID) (chunkstore.ID
 	oldEpoch := j.m.Epoch
 	j.m.Epoch++
 	j.cache.reset()
-	root, xattrs, err := j.rootFrom(ctx, to)
+	root, xattrs, err := j.rootOf(to, target)
 	if err != nil {
 		j.m = saved
 		j.cache.reset()
 		return discarded, err
 	}
-	j.m.Seq = saved.Seq // sequence numbers keep growing across rollbacks
+	j.m.Seq = rec.Seq // sequence numbers keep growing across rollbacks
 	err = j.update(func(txn *badger.Txn) error {
 		if err := j.putInode(txn, root); err != nil {
 			return err
@@ -82,14 +84,46 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID) (chunkstore.ID
 }
 
 // dropEpochLater deletes an old epoch's keys and staging files in the
-// background. Close waits for it; an interrupted drop is redone at Open.
+// background, in small batches that never block foreground operations
+// (Badger's DropPrefix would block every write until it finished). Close
+// waits for it; an interrupted drop is redone at Open.
 func (j *Journal) dropEpochLater(epoch uint32) {
 	j.bg.Add(1)
 	go func() {
 		defer j.bg.Done()
-		_ = j.db.DropPrefix(epochPrefix(epoch))
-		os.RemoveAll(filepath.Join(j.cfg.Dir, "staging", strconv.FormatUint(uint64(epoch), 10)))
+		_ = j.deleteEpoch(epoch)
+		removeAllSlowly(filepath.Join(j.cfg.Dir, "staging", strconv.FormatUint(uint64(epoch), 10)))
 	}()
+}
+
+// cleanupPause is how long background cleanup rests between batches, so
+// that foreground operations keep the disk and the CPU.
+const cleanupPause = 2 * time.Millisecond
+
+// deleteEpoch deletes every key of an epoch in one pass, flushing a write
+// batch every thousand keys and resting between batches. (Restarting an
+// iterator per batch would walk the growing run of tombstones again.)
+func (j *Journal) deleteEpoch(epoch uint32) error {
+	return j.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: epochPrefix(epoch), PrefetchValues: false})
+		defer it.Close()
+		wb := j.db.NewWriteBatch()
+		n := 0
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+				wb.Cancel()
+				return err
+			}
+			if n++; n%1000 == 0 {
+				if err := wb.Flush(); err != nil {
+					return err
+				}
+				time.Sleep(cleanupPause)
+				wb = j.db.NewWriteBatch()
+			}
+		}
+		return wb.Flush()
+	})
 }
 
 // cleanup removes what a crash may leave behind: keys and staging files of
@@ -118,9 +152,7 @@ func (j *Journal) cleanup() error {
 		return fmt.Errorf("%w: scan journal: %v", ErrIO, err)
 	}
 	for _, e := range old {
-		if err := j.db.DropPrefix(epochPrefix(e)); err != nil {
-			return fmt.Errorf("%w: drop old journal state: %v", ErrIO, err)
-		}
+		j.dropEpochLater(e)
 	}
 	dirs, _ := os.ReadDir(filepath.Join(j.cfg.Dir, "staging"))
 	for _, d := range dirs {
@@ -141,4 +173,25 @@ func (j *Journal) cleanup() error {
 		}
 	}
 	return nil
+}
+
+// removeAllSlowly removes a directory of staging files, resting between
+// batches like deleteEpoch.
+func removeAllSlowly(dir string) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	for {
+		names, err := d.Readdirnames(500)
+		for _, n := range names {
+			os.Remove(filepath.Join(dir, n))
+		}
+		if err != nil || len(names) == 0 {
+			break
+		}
+		time.Sleep(cleanupPause)
+	}
+	d.Close()
+	os.RemoveAll(dir)
 }
