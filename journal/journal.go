@@ -112,7 +112,11 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create journal directory: %w", err)
 	}
-	db, err := badger.Open(badgerOptions(filepath.Join(cfg.Dir, "meta")))
+	metaDir := filepath.Join(cfg.Dir, "meta")
+	if err := repairBadger(metaDir); err != nil {
+		return nil, err
+	}
+	db, err := badger.Open(badgerOptions(metaDir))
 	if err != nil {
 		return nil, fmt.Errorf("open journal metadata in %s: %w", cfg.Dir, err)
 	}
@@ -122,6 +126,34 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 		return nil, err
 	}
 	return j, nil
+}
+
+// repairBadger removes what a kill -9 during Badger's own start-up leaves
+// and Badger v4 cannot reopen: a value-log file created but not yet
+// initialised (zero bytes). Badger's vlog.open treats such a file as fatal
+// ("Open existing file ... Create a new file", the z.NewFile sentinel of
+// OpenMmapFile), although it holds nothing: entries are written only after
+// the file's header. Found by the journal's crash tests.
+func repairBadger(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read journal metadata directory: %w", err)
+	}
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) != ".vlog" {
+			continue
+		}
+		info, err := e.Info()
+		if err == nil && info.Size() == 0 {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("remove empty value log %s: %w", e.Name(), err)
+			}
+		}
+	}
+	return nil
 }
 
 // badgerOptions tunes Badger for many small keys and a small footprint: a

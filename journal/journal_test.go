@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/cairnfs/cairn/chunkstore"
@@ -211,5 +213,26 @@ func diffMaps(t *testing.T, want, got map[string]string) {
 		if _, ok := want[k]; !ok {
 			t.Errorf("%s: unexpected %s", k, v)
 		}
+	}
+}
+
+// A kill during Badger's start-up can leave an empty value-log file that
+// Badger itself cannot reopen; Open repairs it.
+func TestJournal_ReopenAfterEmptyVlog(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	j, err := journal.Open(ctx, journal.Config{Dir: dir, Store: e.store, Workspace: "ws", Clock: e.clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "kept", 0o644))
+	j.Close()
+	// What a kill between creating and initialising the next value log leaves.
+	if err := os.WriteFile(filepath.Join(dir, "meta", "000999.vlog"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j2 := e.open("ws", dir, chunkstore.ID{})
+	if got, err := j2.Lookup(ctx, journal.RootIno, "kept"); err != nil || got.Ino != a.Ino {
+		t.Fatalf("after repair: Lookup = %+v, %v", got, err)
 	}
 }
