@@ -23,7 +23,9 @@ FUZZ_TARGETS := \
 	./chunkstore:FuzzDecodePackTrailer \
 	./chunkstore:FuzzDecodeConfig \
 	./chunkstore:FuzzDecodeRef \
-	./chunkstore/cdc:FuzzChunker
+	./chunkstore/cdc:FuzzChunker \
+	./journal:FuzzDecodeInode \
+	./journal:FuzzDecodeMeta
 
 .PHONY: all build test unit race fuzz bench lint tools demo clean
 
