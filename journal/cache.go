@@ -32,7 +32,7 @@ type inodeCache struct {
 }
 
 // inodeCacheMax bounds the cache; past it, it starts over.
-const inodeCacheMax = 32768
+const inodeCacheMax = 8192
 
 func newInodeCache() inodeCache {
 	return inodeCache{m: make(map[Ino]*inode), pending: make(map[Ino]*inode), marked: make(map[Ino]struct{}), dirty: make(map[Ino]struct{})}

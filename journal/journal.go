@@ -295,6 +295,9 @@ func (j *Journal) Close() error {
 	return errors.Join(errs...)
 }
 
+// Store returns the store the journal commits to.
+func (j *Journal) Store() *chunkstore.Store { return j.store }
+
 // Workspace returns the workspace's name.
 func (j *Journal) Workspace() string { return j.cfg.Workspace }
 
