@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/dgraph-io/badger/v4"
-	"golang.org/x/sys/unix"
 )
 
 // File data. A clean regular file's bytes are its committed content (inline
@@ -29,7 +28,7 @@ func (j *Journal) stagingPath(ino Ino) string {
 }
 
 // stagingFile returns the open staging file of ino, opening it if needed.
-func (j *Journal) stagingFile(ino Ino, create bool) (*os.File, error) {
+func (j *Journal) stagingFile(ino Ino, create bool) (File, error) {
 	if f, ok := j.files[ino]; ok {
 		return f, nil
 	}
@@ -37,7 +36,7 @@ func (j *Journal) stagingFile(ino Ino, create bool) (*os.File, error) {
 	if create {
 		flags |= os.O_CREATE | os.O_TRUNC
 	}
-	f, err := os.OpenFile(j.stagingPath(ino), flags, 0o600)
+	f, err := j.cfg.FS.OpenFile(j.stagingPath(ino), flags, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +54,7 @@ func (j *Journal) stagingFile(ino Ino, create bool) (*os.File, error) {
 // stage makes sure n has a staging file holding its current bytes (copy-up)
 // and returns it. With empty, the copy is skipped: the caller is about to
 // truncate to zero. Sets n.Staged; the caller saves n.
-func (j *Journal) stage(n *inode, empty bool) (*os.File, error) {
+func (j *Journal) stage(n *inode, empty bool) (File, error) {
 	if n.Staged {
 		f, err := j.stagingFile(n.Ino, false)
 		if err != nil {
@@ -71,7 +70,7 @@ func (j *Journal) stage(n *inode, empty bool) (*os.File, error) {
 		if err := j.copyUp(n, f); err != nil {
 			f.Close()
 			delete(j.files, n.Ino)
-			os.Remove(j.stagingPath(n.Ino))
+			j.cfg.FS.Remove(j.stagingPath(n.Ino))
 			return nil, err
 		}
 	}
@@ -80,7 +79,7 @@ func (j *Journal) stage(n *inode, empty bool) (*os.File, error) {
 }
 
 // copyUp writes n's committed content into the staging file f.
-func (j *Journal) copyUp(n *inode, f *os.File) error {
+func (j *Journal) copyUp(n *inode, f File) error {
 	if len(n.Inline) > 0 {
 		if _, err := f.WriteAt(n.Inline, 0); err != nil {
 			return j.dataErr("copy-up", n.Ino, err)
@@ -104,7 +103,7 @@ func (j *Journal) copyUp(n *inode, f *os.File) error {
 }
 
 type offsetWriter struct {
-	f   *os.File
+	f   File
 	off int64
 }
 
@@ -307,7 +306,7 @@ func (j *Journal) Fallocate(ctx context.Context, c Caller, ino Ino, mode FallocM
 		}
 		if zero && uint64(off) < n.Size {
 			zlen := min(end, n.Size) - uint64(off)
-			if err := unix.Fallocate(int(f.Fd()), uint32(FallocPunchHole|FallocKeepSize), off, int64(zlen)); err != nil {
+			if err := f.PunchHole(off, int64(zlen)); err != nil {
 				// The staging filesystem cannot punch holes: write zeros.
 				if err := writeZeros(f, off, int64(zlen)); err != nil {
 					return j.dataErr("fallocate", ino, err)
@@ -332,7 +331,7 @@ func (j *Journal) Fallocate(ctx context.Context, c Caller, ino Ino, mode FallocM
 	})
 }
 
-func writeZeros(f *os.File, off, n int64) error {
+func writeZeros(f File, off, n int64) error {
 	zeros := make([]byte, min(n, 1<<20))
 	for n > 0 {
 		k := min(n, int64(len(zeros)))
@@ -460,7 +459,7 @@ func (j *Journal) forget(gone []*inode) {
 			delete(j.files, n.Ino)
 		}
 		if n.Staged {
-			os.Remove(j.stagingPath(n.Ino))
+			j.cfg.FS.Remove(j.stagingPath(n.Ino))
 		}
 		delete(j.loadedDirs, n.Ino)
 	}

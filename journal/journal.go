@@ -40,6 +40,9 @@ type Config struct {
 	// Invalidator is told which kernel caches to drop when the journal
 	// changes the tree by itself (Rollback). Default: none.
 	Invalidator Invalidator
+	// FS is the filesystem staging files live on. Default: OSFS. Tests
+	// wrap it to inject faults.
+	FS FS
 }
 
 // Journal is the live state of one workspace: metadata in Badger, data of
@@ -53,9 +56,9 @@ type Journal struct {
 	mu      sync.Mutex
 	closed  bool
 	m       meta
-	staging string           // staging directory of the current epoch
-	ref     *chunkstore.Ref  // the workspace's ref as last read or written; nil: none yet
-	files   map[Ino]*os.File // open staging files
+	staging string          // staging directory of the current epoch
+	ref     *chunkstore.Ref // the workspace's ref as last read or written; nil: none yet
+	files   map[Ino]File    // open staging files
 
 	loadedDirs map[Ino]struct{} // directories known to be loaded in this epoch
 	bg         sync.WaitGroup   // background cleanup (dropEpochLater)
@@ -106,6 +109,9 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = func() int64 { return time.Now().UnixNano() }
 	}
+	if cfg.FS == nil {
+		cfg.FS = OSFS{}
+	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
@@ -120,7 +126,7 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal metadata in %s: %w", cfg.Dir, err)
 	}
-	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]*os.File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache()}
+	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache()}
 	if err := j.open(ctx); err != nil {
 		db.Close()
 		return nil, err
