@@ -18,6 +18,13 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 	}
 	defer j.mu.Unlock()
 	now := j.cfg.Clock()
+	var plan truncatePlan
+	if in.Valid&SetSize != 0 {
+		var err error
+		if plan, err = j.prepareTruncate(ino, in.Size); err != nil {
+			return Attr{}, err
+		}
+	}
 	var a Attr
 	err := j.update(func(txn *badger.Txn) error {
 		n, err := j.getInode(txn, ino)
@@ -25,10 +32,15 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 			return err
 		}
 		if in.Valid&SetSize != 0 {
-			if err := j.truncate(txn, c, n, in.Size); err != nil {
-				return err
-			}
+			j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + in.Size
+			n.Size = in.Size
 			n.Mtime = now
+			if plan.emptyStage {
+				n.Staged = true
+			}
+			if !c.Privileged() {
+				killPriv(n)
+			}
 		}
 		if in.Valid&SetMode != 0 {
 			n.Mode = in.Mode & ModePerm
@@ -69,7 +81,71 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 		a = n.Attr
 		return j.markDirty(txn, n)
 	})
-	return a, err
+	if err != nil {
+		delete(j.trimmed, ino)
+		return a, err
+	}
+	// The new size is committed: now the staging file may lose bytes.
+	switch {
+	case plan.cut != nil:
+		if plan.cut.Truncate(int64(in.Size)) != nil {
+			delete(j.trimmed, ino) // bytes past Size stay; trim cuts them before growth
+		}
+	case plan.emptyStage:
+		_, _ = j.stagingFile(ino, true) // if this fails, openStaged creates it later
+	}
+	return a, nil
+}
+
+// truncatePlan is what SetAttr does to the staging file around the
+// metadata transaction of a size change.
+type truncatePlan struct {
+	cut        File // shrink: cut this staging file after the commit
+	emptyStage bool // truncate of a clean file to zero: stage an empty file after the commit
+}
+
+// prepareTruncate checks a size change and does what must precede its
+// commit: a file that grows is staged, trimmed and extended with zeros; a
+// file that shrinks is staged (so its bytes can be cut after the commit).
+func (j *Journal) prepareTruncate(ino Ino, size uint64) (truncatePlan, error) {
+	n, err := j.inode(ino)
+	if err != nil {
+		return truncatePlan{}, err
+	}
+	switch {
+	case n.Type == TypeDir:
+		return truncatePlan{}, fmt.Errorf("truncate directory %d: %w", ino, ErrIsDir)
+	case n.Type != TypeRegular:
+		return truncatePlan{}, fmt.Errorf("truncate inode %d of type %v: %w", ino, n.Type, ErrInvalid)
+	case size > FileSizeMax:
+		return truncatePlan{}, fmt.Errorf("truncate to %d bytes: %w", size, ErrFileTooBig)
+	}
+	if err := j.checkBytesQuota(n.Size, size); err != nil {
+		return truncatePlan{}, err
+	}
+	switch {
+	case size > n.Size:
+		f, err := j.prepareData(n)
+		if err != nil {
+			return truncatePlan{}, err
+		}
+		if err := j.trim(f, n); err != nil {
+			return truncatePlan{}, err
+		}
+		if err := f.Truncate(int64(size)); err != nil {
+			delete(j.trimmed, ino)
+			return truncatePlan{}, j.dataErr("truncate", ino, err)
+		}
+	case size < n.Size && size == 0 && !n.Staged:
+		return truncatePlan{emptyStage: true}, nil // no copy-up of bytes about to go
+	case size < n.Size:
+		f, err := j.prepareData(n)
+		if err != nil {
+			return truncatePlan{}, err
+		}
+		return truncatePlan{cut: f}, nil
+	}
+	return truncatePlan{}, nil
 }
 
 // killPriv clears setuid, and setgid when group-exec is set (a setgid bit
@@ -79,32 +155,4 @@ func killPriv(n *inode) {
 	if n.Mode&(ModeSetgid|0o010) == ModeSetgid|0o010 {
 		n.Mode &^= ModeSetgid
 	}
-}
-
-// truncate sets a regular file's size.
-func (j *Journal) truncate(txn *badger.Txn, c Caller, n *inode, size uint64) error {
-	switch {
-	case n.Type == TypeDir:
-		return fmt.Errorf("truncate directory %d: %w", n.Ino, ErrIsDir)
-	case n.Type != TypeRegular:
-		return fmt.Errorf("truncate inode %d of type %v: %w", n.Ino, n.Type, ErrInvalid)
-	case size > FileSizeMax:
-		return fmt.Errorf("truncate to %d bytes: %w", size, ErrFileTooBig)
-	}
-	if err := j.checkBytesQuota(n.Size, size); err != nil {
-		return err
-	}
-	f, err := j.stage(n, size == 0)
-	if err != nil {
-		return err
-	}
-	if err := f.Truncate(int64(size)); err != nil {
-		return j.dataErr("truncate", n.Ino, err)
-	}
-	j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + size
-	n.Size = size
-	if !c.Privileged() {
-		killPriv(n)
-	}
-	return nil
 }

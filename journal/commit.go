@@ -78,7 +78,7 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 		return chunkstore.ID{}, nil, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
 	}
 	after := j.store.Stats()
-	c.stats.Files, c.stats.Dirs, c.stats.Symlinks, c.stats.Others = j.m.Files, j.m.Dirs, j.m.Symlinks, j.m.Others
+	c.stats.Files, c.stats.Dirs, c.stats.Symlinks, c.stats.Others = j.m.Files, j.m.Dirs+1, j.m.Symlinks, j.m.Others // Dirs counts the root
 	c.stats.Bytes = j.m.Bytes
 	c.stats.NewBlobs = after.NewBlobs - before.NewBlobs
 	c.stats.NewBytes = after.NewStoredBytes - before.NewStoredBytes

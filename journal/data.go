@@ -15,10 +15,18 @@ import (
 
 // File data. A clean regular file's bytes are its committed content (inline
 // in its record, or chunks in the store). The first change copies them into
-// a staging file (copy-up), which from then on holds the file's bytes and is
-// kept exactly Size long. The record's Size is authoritative: bytes a write
-// put in the staging file before its metadata transaction failed are beyond
-// Size, or overwrite bytes the failed write was entitled to change.
+// a staging file (copy-up), which from then on holds the file's bytes. The
+// record's Size is authoritative; the staging file may be longer.
+//
+// Order of operations, so that a kill at any point keeps the durability
+// contract (the crash tests check it):
+//   - Before bytes within Size change, the inode is Staged and dirty in a
+//     committed transaction (prepareData). A write killed after its pwrite
+//     then shows its bytes in reads and in the next snapshot alike, and
+//     acknowledged bytes are never overwritten by anything but a write.
+//   - A file shrinks in the metadata first; the staging file is cut after.
+//   - Before a file grows, its staging file is cut to Size (trim), so bytes
+//     an interrupted write left past the end never reappear as content.
 
 // maxOpenStaging bounds the staging files kept open.
 const maxOpenStaging = 256
@@ -56,11 +64,7 @@ func (j *Journal) stagingFile(ino Ino, create bool) (File, error) {
 // truncate to zero. Sets n.Staged; the caller saves n.
 func (j *Journal) stage(n *inode, empty bool) (File, error) {
 	if n.Staged {
-		f, err := j.stagingFile(n.Ino, false)
-		if err != nil {
-			return nil, j.dataErr("open staging file", n.Ino, err)
-		}
-		return f, nil
+		return j.openStaged(n)
 	}
 	f, err := j.stagingFile(n.Ino, true)
 	if err != nil {
@@ -76,6 +80,57 @@ func (j *Journal) stage(n *inode, empty bool) (File, error) {
 	}
 	n.Staged = true
 	return f, nil
+}
+
+// prepareData makes n Staged and dirty in a committed transaction (unless
+// it is already), copying its content up, and returns its staging file. n
+// is updated.
+func (j *Journal) prepareData(n *inode) (File, error) {
+	if n.Staged && j.isDirty(n.Ino) {
+		return j.openStaged(n)
+	}
+	f, err := j.stage(n, false)
+	if err != nil {
+		return nil, err
+	}
+	err = j.update(func(txn *badger.Txn) error {
+		if err := j.putInode(txn, n); err != nil {
+			return err
+		}
+		return j.markDirty(txn, n)
+	})
+	if err != nil {
+		return nil, err
+	}
+	j.trimmed[n.Ino] = struct{}{} // a copy-up leaves exactly Size bytes
+	return f, nil
+}
+
+// openStaged opens the staging file of a Staged inode. An empty file may
+// have been truncated to zero in its record just before a crash, before its
+// staging file was created: it is created now.
+func (j *Journal) openStaged(n *inode) (File, error) {
+	f, err := j.stagingFile(n.Ino, false)
+	if errors.Is(err, os.ErrNotExist) && n.Size == 0 {
+		f, err = j.stagingFile(n.Ino, true)
+	}
+	if err != nil {
+		return nil, j.dataErr("open staging file", n.Ino, err)
+	}
+	return f, nil
+}
+
+// trim cuts n's staging file to n.Size before the file grows, once per
+// inode and process (and again after a failed data operation).
+func (j *Journal) trim(f File, n *inode) error {
+	if _, ok := j.trimmed[n.Ino]; ok {
+		return nil
+	}
+	if err := f.Truncate(int64(n.Size)); err != nil {
+		return j.dataErr("trim staging file", n.Ino, err)
+	}
+	j.trimmed[n.Ino] = struct{}{}
+	return nil
 }
 
 // copyUp writes n's committed content into the staging file f.
@@ -162,9 +217,9 @@ func (j *Journal) readLocked(ctx context.Context, n *inode, p []byte, off int64)
 	p = p[:min(uint64(len(p)), n.Size-uint64(off))]
 	switch {
 	case n.Staged:
-		f, err := j.stagingFile(n.Ino, false)
+		f, err := j.openStaged(n)
 		if err != nil {
-			return 0, j.dataErr("open staging file", n.Ino, err)
+			return 0, err
 		}
 		got, err := f.ReadAt(p, off)
 		if err == io.EOF { // staging files are kept Size long; be safe anyway
@@ -210,38 +265,42 @@ func (j *Journal) writeLocked(c Caller, ino Ino, p []byte, off int64) (int, erro
 		return 0, fmt.Errorf("write to byte %d: %w", end, ErrFileTooBig)
 	}
 	now := j.cfg.Clock()
-	written := 0
-	err := j.update(func(txn *badger.Txn) error {
-		n, err := j.getInode(txn, ino)
-		if err != nil {
-			return err
+	n, err := j.inode(ino)
+	if err != nil {
+		return 0, err
+	}
+	if err := j.checkWritable(n); err != nil {
+		return 0, err
+	}
+	newSize := max(n.Size, end)
+	if err := j.checkBytesQuota(n.Size, newSize); err != nil {
+		return 0, err
+	}
+	f, err := j.prepareData(n)
+	if err != nil {
+		return 0, err
+	}
+	if newSize > n.Size {
+		if err := j.trim(f, n); err != nil {
+			return 0, err
 		}
-		if err := j.checkWritable(n); err != nil {
-			return err
-		}
-		newSize := max(n.Size, end)
-		if err := j.checkBytesQuota(n.Size, newSize); err != nil {
-			return err
-		}
-		f, err := j.stage(n, false)
-		if err != nil {
-			return err
-		}
-		if written, err = f.WriteAt(p, off); err != nil {
-			return j.dataErr("write", ino, err)
-		}
+	}
+	written, err := f.WriteAt(p, off)
+	if err != nil {
+		delete(j.trimmed, ino)
+		return 0, j.dataErr("write", ino, err)
+	}
+	err = j.update(func(txn *badger.Txn) error {
 		j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + newSize
 		n.Size = newSize
 		n.Mtime, n.Ctime = now, now
 		if !c.Privileged() {
 			killPriv(n)
 		}
-		if err := j.putInode(txn, n); err != nil {
-			return err
-		}
-		return j.markDirty(txn, n)
+		return j.putInode(txn, n)
 	})
 	if err != nil {
+		delete(j.trimmed, ino)
 		return 0, err
 	}
 	return written, nil
@@ -281,54 +340,59 @@ func (j *Journal) Fallocate(ctx context.Context, c Caller, ino Ino, mode FallocM
 		return fmt.Errorf("fallocate to byte %d: %w", end, ErrFileTooBig)
 	}
 	now := j.cfg.Clock()
-	return j.update(func(txn *badger.Txn) error {
-		n, err := j.getInode(txn, ino)
-		if err != nil {
-			return err
-		}
-		if err := j.checkWritable(n); err != nil {
-			return err
-		}
-		newSize := n.Size
-		if mode&FallocKeepSize == 0 {
-			newSize = max(n.Size, end)
-		}
-		if err := j.checkBytesQuota(n.Size, newSize); err != nil {
-			return err
-		}
-		zero := mode&(FallocPunchHole|FallocZeroRange) != 0
-		if !zero && newSize == n.Size {
-			return nil // nothing visible changes
-		}
-		f, err := j.stage(n, false)
-		if err != nil {
-			return err
-		}
-		if zero && uint64(off) < n.Size {
-			zlen := min(end, n.Size) - uint64(off)
-			if err := f.PunchHole(off, int64(zlen)); err != nil {
-				// The staging filesystem cannot punch holes: write zeros.
-				if err := writeZeros(f, off, int64(zlen)); err != nil {
-					return j.dataErr("fallocate", ino, err)
-				}
-			}
-		}
-		if newSize != n.Size {
-			if err := f.Truncate(int64(newSize)); err != nil {
+	n, err := j.inode(ino)
+	if err != nil {
+		return err
+	}
+	if err := j.checkWritable(n); err != nil {
+		return err
+	}
+	newSize := n.Size
+	if mode&FallocKeepSize == 0 {
+		newSize = max(n.Size, end)
+	}
+	if err := j.checkBytesQuota(n.Size, newSize); err != nil {
+		return err
+	}
+	zero := mode&(FallocPunchHole|FallocZeroRange) != 0
+	if !zero && newSize == n.Size {
+		return nil // nothing visible changes
+	}
+	f, err := j.prepareData(n)
+	if err != nil {
+		return err
+	}
+	if zero && uint64(off) < n.Size {
+		zlen := min(end, n.Size) - uint64(off)
+		if err := f.PunchHole(off, int64(zlen)); err != nil {
+			// The staging filesystem cannot punch holes: write zeros.
+			if err := writeZeros(f, off, int64(zlen)); err != nil {
 				return j.dataErr("fallocate", ino, err)
 			}
-			j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + newSize
-			n.Size = newSize
 		}
+	}
+	if newSize > n.Size {
+		if err := j.trim(f, n); err != nil {
+			return err
+		}
+		if err := f.Truncate(int64(newSize)); err != nil {
+			delete(j.trimmed, ino)
+			return j.dataErr("fallocate", ino, err)
+		}
+	}
+	err = j.update(func(txn *badger.Txn) error {
+		j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + newSize
+		n.Size = newSize
 		n.Mtime, n.Ctime = now, now
 		if !c.Privileged() {
 			killPriv(n)
 		}
-		if err := j.putInode(txn, n); err != nil {
-			return err
-		}
-		return j.markDirty(txn, n)
+		return j.putInode(txn, n)
 	})
+	if err != nil {
+		delete(j.trimmed, ino)
+	}
+	return err
 }
 
 func writeZeros(f File, off, n int64) error {
@@ -436,9 +500,9 @@ func (j *Journal) Fsync(ctx context.Context, ino Ino, dataOnly bool) error {
 		return err
 	}
 	if n.Staged {
-		f, err := j.stagingFile(ino, false)
+		f, err := j.openStaged(n)
 		if err != nil {
-			return j.dataErr("open staging file", ino, err)
+			return err
 		}
 		if err := f.Sync(); err != nil {
 			return j.dataErr("fsync", ino, err)
@@ -462,5 +526,6 @@ func (j *Journal) forget(gone []*inode) {
 			j.cfg.FS.Remove(j.stagingPath(n.Ino))
 		}
 		delete(j.loadedDirs, n.Ino)
+		delete(j.trimmed, n.Ino)
 	}
 }

@@ -63,6 +63,7 @@ type Journal struct {
 	loadedDirs map[Ino]struct{} // directories known to be loaded in this epoch
 	bg         sync.WaitGroup   // background cleanup (dropEpochLater)
 	cache      inodeCache       // decoded inode records of this epoch
+	trimmed    map[Ino]struct{} // staging files known to hold no bytes past Size
 }
 
 // meta is the journal's global state, kept under "m" keys.
@@ -126,7 +127,7 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal metadata in %s: %w", cfg.Dir, err)
 	}
-	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache()}
+	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache(), trimmed: make(map[Ino]struct{})}
 	if err := j.open(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -135,8 +136,8 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 }
 
 // repairBadger removes what a kill -9 during Badger's own start-up leaves
-// and Badger v4 cannot reopen: a value-log file created but not yet
-// initialised (zero bytes). Badger's vlog.open treats such a file as fatal
+// and Badger v4 cannot reopen: a value-log or memtable file created but not
+// yet initialised (zero bytes). Badger's vlog.open treats such a file as fatal
 // ("Open existing file ... Create a new file", the z.NewFile sentinel of
 // OpenMmapFile), although it holds nothing: entries are written only after
 // the file's header. Found by the journal's crash tests.
@@ -149,7 +150,9 @@ func repairBadger(dir string) error {
 		return fmt.Errorf("read journal metadata directory: %w", err)
 	}
 	for _, e := range entries {
-		if filepath.Ext(e.Name()) != ".vlog" {
+		// Memtable files (.mem) have the same problem in Badger v4
+		// (dgraph-io/badger#2207): created, then killed before sized.
+		if ext := filepath.Ext(e.Name()); ext != ".vlog" && ext != ".mem" {
 			continue
 		}
 		info, err := e.Info()
@@ -272,7 +275,8 @@ func (j *Journal) rootOf(base chunkstore.ID, snap *chunkstore.Snapshot) (*inode,
 	}
 	j.m.NextIno = max(j.m.NextIno, snap.NextIno)
 	st := snap.Stats
-	j.m.Bytes, j.m.Files, j.m.Dirs, j.m.Symlinks, j.m.Others = st.Bytes, st.Files, st.Dirs, st.Symlinks, st.Others
+	j.m.Bytes, j.m.Files, j.m.Symlinks, j.m.Others = st.Bytes, st.Files, st.Symlinks, st.Others
+	j.m.Dirs = max(st.Dirs, 1) - 1 // the record counts the root
 	ra := snap.RootAttr
 	root.Mode, root.UID, root.GID = ra.Mode, ra.UID, ra.GID
 	root.Atime, root.Mtime, root.Ctime = ra.Atime, ra.Mtime, ra.Ctime

@@ -139,7 +139,7 @@ func TestJournal_SnapshotAndFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Seq != 1 || len(rec.Parents) != 0 || rec.Stats.Files != 2 || rec.Stats.Dirs != 1 || len(rec.Changes) == 0 {
+	if rec.Seq != 1 || len(rec.Parents) != 0 || rec.Stats.Files != 2 || rec.Stats.Dirs != 2 || len(rec.Changes) == 0 {
 		t.Errorf("record: seq %d parents %d stats %+v changes %d", rec.Seq, len(rec.Parents), rec.Stats, len(rec.Changes))
 	}
 	// Resume elsewhere: a fresh journal directory on the same store.

@@ -67,6 +67,7 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID) (chunkstore.ID
 		delete(j.files, ino)
 	}
 	j.loadedDirs = make(map[Ino]struct{})
+	clear(j.trimmed)
 	j.staging = filepath.Join(j.cfg.Dir, "staging", strconv.FormatUint(uint64(j.m.Epoch), 10))
 	if err := os.MkdirAll(j.staging, 0o700); err != nil {
 		return discarded, j.dataErr("create staging directory", RootIno, err)
