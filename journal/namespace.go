@@ -431,12 +431,11 @@ func (j *Journal) dropName(txn *badger.Txn, parent Ino, name string, n *inode, n
 	return j.markDirty(txn, n)
 }
 
-// deleteInode removes an inode with its xattrs and dirty marker.
+// deleteInode removes an inode with its xattrs. Its dirty marker stays:
+// a commit only visits inodes that have a name, and deletes the markers it
+// consumed.
 func (j *Journal) deleteInode(txn *badger.Txn, n *inode, dropped *[]*inode) error {
 	if err := j.delInode(txn, n.Ino); err != nil {
-		return err
-	}
-	if err := txn.Delete(dirtyKey(j.m.Epoch, n.Ino)); err != nil {
 		return err
 	}
 	if n.HasXattrs {
