@@ -19,7 +19,7 @@ const (
 	XattrSizeMax = 64 << 10 // bytes in one xattr value
 	XattrListMax = 64 << 10 // bytes in the NUL-separated list of an inode's xattr names
 	LinkMax      = 65000    // hard links to one inode
-	FileSizeMax  = 1 << 44  // bytes in one file (16 TiB)
+	FileSizeMax  = 1 << 43  // bytes in one file (8 TiB, within what ext4, the usual staging filesystem, holds)
 )
 
 // Type is a file type; the same values as chunkstore.EntryType.

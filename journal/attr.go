@@ -18,6 +18,13 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 	}
 	defer j.mu.Unlock()
 	now := j.cfg.Clock()
+	cur, err := j.inode(ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	if in.Valid&SetMode != 0 && cur.Type == TypeSymlink {
+		return Attr{}, fmt.Errorf("chmod of symlink %d: %w", ino, ErrNotSupported)
+	}
 	var plan truncatePlan
 	if in.Valid&SetSize != 0 {
 		var err error
@@ -26,37 +33,44 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 		}
 	}
 	var a Attr
-	err := j.update(func(txn *badger.Txn) error {
+	err = j.update(func(txn *badger.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err != nil {
 			return err
 		}
-		if in.Valid&SetSize != 0 {
+		v := in.Valid
+		oldGID := n.GID
+		if v&SetUID != 0 {
+			n.UID = in.UID
+		}
+		if v&SetGID != 0 {
+			n.GID = in.GID
+		}
+		switch {
+		case v&SetMode != 0:
+			// chmod by someone outside the (new) group drops setgid.
+			n.Mode = in.Mode & ModePerm
+			if !c.Privileged() && !c.InGroup(n.GID) {
+				n.Mode &^= ModeSetgid
+			}
+		case v&(SetUID|SetGID) != 0 && n.Type != TypeDir:
+			// chown of a non-directory clears setuid, even by root, and
+			// setgid when group-exec is set or (unprivileged) the caller
+			// was not in the old group.
+			n.Mode &^= ModeSetuid
+			if n.Mode&0o010 != 0 || !c.Privileged() && !c.InGroup(oldGID) {
+				n.Mode &^= ModeSetgid
+			}
+		}
+		if v&SetSize != 0 {
 			j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + in.Size
 			n.Size = in.Size
 			n.Mtime = now
 			if plan.emptyStage {
 				n.Staged = true
 			}
-			if !c.Privileged() {
-				killPriv(n)
-			}
-		}
-		if in.Valid&SetMode != 0 {
-			n.Mode = in.Mode & ModePerm
-			if n.Type != TypeDir && !c.Privileged() && !c.InGroup(n.GID) {
-				n.Mode &^= ModeSetgid
-			}
-		}
-		if in.Valid&(SetUID|SetGID) != 0 {
-			if in.Valid&SetUID != 0 {
-				n.UID = in.UID
-			}
-			if in.Valid&SetGID != 0 {
-				n.GID = in.GID
-			}
-			if n.Type != TypeDir {
-				killPriv(n)
+			if v&SetMode == 0 {
+				killPriv(c, n)
 			}
 		}
 		switch {
@@ -148,11 +162,15 @@ func (j *Journal) prepareTruncate(ino Ino, size uint64) (truncatePlan, error) {
 	return truncatePlan{}, nil
 }
 
-// killPriv clears setuid, and setgid when group-exec is set (a setgid bit
-// without group-exec means mandatory locking and stays).
-func killPriv(n *inode) {
+// killPriv applies what Linux does to a regular file changed by an
+// unprivileged caller (write, truncate, fallocate): setuid goes, and setgid
+// too when group-exec is set or the caller is not in the file's group.
+func killPriv(c Caller, n *inode) {
+	if n.Type != TypeRegular || c.Privileged() {
+		return
+	}
 	n.Mode &^= ModeSetuid
-	if n.Mode&(ModeSetgid|0o010) == ModeSetgid|0o010 {
+	if n.Mode&0o010 != 0 || !c.InGroup(n.GID) {
 		n.Mode &^= ModeSetgid
 	}
 }

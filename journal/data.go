@@ -174,6 +174,9 @@ func (j *Journal) dataErr(op string, ino Ino, err error) error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		return fmt.Errorf("%s of inode %d: the journal's disk is full (%v): %w", op, ino, err, ErrNoSpace)
 	}
+	if errors.Is(err, syscall.EFBIG) {
+		return fmt.Errorf("%s of inode %d: %v: %w", op, ino, err, ErrFileTooBig)
+	}
 	return fmt.Errorf("%s of inode %d: %v: %w", op, ino, err, ErrIO)
 }
 
@@ -183,14 +186,29 @@ func (j *Journal) Read(ctx context.Context, ino Ino, p []byte, off int64) (int, 
 		return 0, err
 	}
 	defer j.mu.Unlock()
-	if off < 0 {
-		return 0, fmt.Errorf("read at %d: %w", off, ErrInvalid)
-	}
 	n, err := j.inode(ino)
 	if err != nil {
 		return 0, err
 	}
+	if off < 0 {
+		return 0, fmt.Errorf("read at %d: %w", off, ErrInvalid)
+	}
+	if err := checkRegular(n, "read"); err != nil {
+		return 0, err
+	}
 	return j.readLocked(ctx, n, p, off)
+}
+
+// checkRegular fails with ErrIsDir for a directory and ErrInvalid for any
+// other non-regular file, as Linux does for file I/O.
+func checkRegular(n *inode, op string) error {
+	switch n.Type {
+	case TypeRegular:
+		return nil
+	case TypeDir:
+		return fmt.Errorf("%s of directory %d: %w", op, n.Ino, ErrIsDir)
+	}
+	return fmt.Errorf("%s of inode %d of type %v: %w", op, n.Ino, n.Type, ErrInvalid)
 }
 
 func (j *Journal) inode(ino Ino) (*inode, error) {
@@ -204,13 +222,6 @@ func (j *Journal) inode(ino Ino) (*inode, error) {
 }
 
 func (j *Journal) readLocked(ctx context.Context, n *inode, p []byte, off int64) (int, error) {
-	switch n.Type {
-	case TypeRegular:
-	case TypeDir:
-		return 0, fmt.Errorf("read of directory %d: %w", n.Ino, ErrIsDir)
-	default:
-		return 0, fmt.Errorf("read of inode %d of type %v: %w", n.Ino, n.Type, ErrInvalid)
-	}
 	if uint64(off) >= n.Size {
 		return 0, nil
 	}
@@ -247,31 +258,39 @@ func (j *Journal) readLocked(ctx context.Context, n *inode, p []byte, off int64)
 	return got, nil
 }
 
-// Write writes p at off, extending the file as needed.
+// Write writes p at off, extending the file as needed. A write that would
+// cross FileSizeMax is cut short there; one starting at or past it fails
+// with ErrFileTooBig. A write of nothing changes nothing.
 func (j *Journal) Write(ctx context.Context, c Caller, ino Ino, p []byte, off int64) (int, error) {
 	if err := j.lock(); err != nil {
 		return 0, err
 	}
 	defer j.mu.Unlock()
-	return j.writeLocked(c, ino, p, off)
-}
-
-func (j *Journal) writeLocked(c Caller, ino Ino, p []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, fmt.Errorf("write at %d: %w", off, ErrInvalid)
-	}
-	end := uint64(off) + uint64(len(p))
-	if end > FileSizeMax {
-		return 0, fmt.Errorf("write to byte %d: %w", end, ErrFileTooBig)
-	}
-	now := j.cfg.Clock()
 	n, err := j.inode(ino)
 	if err != nil {
 		return 0, err
 	}
-	if err := j.checkWritable(n); err != nil {
+	if off < 0 {
+		return 0, fmt.Errorf("write at %d: %w", off, ErrInvalid)
+	}
+	if err := checkRegular(n, "write"); err != nil {
 		return 0, err
 	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if off >= FileSizeMax {
+		return 0, fmt.Errorf("write at byte %d: %w", off, ErrFileTooBig)
+	}
+	p = p[:min(int64(len(p)), FileSizeMax-off)]
+	return j.writeLocked(c, n, p, off, j.cfg.Clock())
+}
+
+// writeLocked writes p at off into the regular file n (checked by the
+// caller), with modification time now.
+func (j *Journal) writeLocked(c Caller, n *inode, p []byte, off int64, now int64) (int, error) {
+	ino := n.Ino
+	end := uint64(off) + uint64(len(p))
 	newSize := max(n.Size, end)
 	if err := j.checkBytesQuota(n.Size, newSize); err != nil {
 		return 0, err
@@ -294,9 +313,7 @@ func (j *Journal) writeLocked(c Caller, ino Ino, p []byte, off int64) (int, erro
 		j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + newSize
 		n.Size = newSize
 		n.Mtime, n.Ctime = now, now
-		if !c.Privileged() {
-			killPriv(n)
-		}
+		killPriv(c, n)
 		return j.putInode(txn, n)
 	})
 	if err != nil {
@@ -317,77 +334,80 @@ func (j *Journal) checkWritable(n *inode) error {
 }
 
 // Fallocate implements fallocate(2): mode 0 extends the file to off+length
-// if it is shorter; KEEP_SIZE changes nothing visible; PUNCH_HOLE (with
-// KEEP_SIZE) and ZERO_RANGE zero the range, ZERO_RANGE extending the file
-// unless KEEP_SIZE. Space is not reserved: the staging file is sparse.
+// if it is shorter; KEEP_SIZE changes no size; PUNCH_HOLE (with KEEP_SIZE)
+// and ZERO_RANGE zero the range, ZERO_RANGE extending the file unless
+// KEEP_SIZE. Every successful call sets mtime and ctime (and clears setuid,
+// as a write does), as Linux does. Space is not reserved: staging files are
+// sparse.
 func (j *Journal) Fallocate(ctx context.Context, c Caller, ino Ino, mode FallocMode, off, length int64) error {
 	if err := j.lock(); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
-	if off < 0 || length <= 0 {
-		return fmt.Errorf("fallocate(%d, %d): %w", off, length, ErrInvalid)
-	}
-	switch mode {
-	case 0, FallocKeepSize, FallocZeroRange, FallocZeroRange | FallocKeepSize, FallocPunchHole | FallocKeepSize:
-	case FallocPunchHole:
-		return fmt.Errorf("fallocate: PUNCH_HOLE needs KEEP_SIZE: %w", ErrInvalid)
-	default:
-		return fmt.Errorf("fallocate mode %#x: %w", mode, ErrNotSupported)
-	}
-	end := uint64(off) + uint64(length)
-	if end > FileSizeMax {
-		return fmt.Errorf("fallocate to byte %d: %w", end, ErrFileTooBig)
-	}
-	now := j.cfg.Clock()
 	n, err := j.inode(ino)
 	if err != nil {
 		return err
 	}
-	if err := j.checkWritable(n); err != nil {
-		return err
+	if off < 0 || length <= 0 {
+		return fmt.Errorf("fallocate(%d, %d): %w", off, length, ErrInvalid)
 	}
+	const known = FallocKeepSize | FallocPunchHole | FallocZeroRange
+	punch, zero, keep := mode&FallocPunchHole != 0, mode&FallocZeroRange != 0, mode&FallocKeepSize != 0
+	if mode&^known != 0 || punch && zero || punch && !keep {
+		return fmt.Errorf("fallocate mode %#x: %w", mode, ErrNotSupported)
+	}
+	switch n.Type {
+	case TypeRegular:
+	case TypeDir:
+		return fmt.Errorf("fallocate of directory %d: %w", ino, ErrIsDir)
+	default:
+		return fmt.Errorf("fallocate of inode %d of type %v: %w", ino, n.Type, ErrNotSupported)
+	}
+	if off > FileSizeMax-length {
+		return fmt.Errorf("fallocate to byte %d: %w", off+length, ErrFileTooBig)
+	}
+	end := uint64(off) + uint64(length)
 	newSize := n.Size
-	if mode&FallocKeepSize == 0 {
+	if !keep {
 		newSize = max(n.Size, end)
 	}
 	if err := j.checkBytesQuota(n.Size, newSize); err != nil {
 		return err
 	}
-	zero := mode&(FallocPunchHole|FallocZeroRange) != 0
-	if !zero && newSize == n.Size {
-		return nil // nothing visible changes
-	}
-	f, err := j.prepareData(n)
-	if err != nil {
-		return err
-	}
-	if zero && uint64(off) < n.Size {
-		zlen := min(end, n.Size) - uint64(off)
-		if err := f.PunchHole(off, int64(zlen)); err != nil {
-			// The staging filesystem cannot punch holes: write zeros.
-			if err := writeZeros(f, off, int64(zlen)); err != nil {
-				return j.dataErr("fallocate", ino, err)
-			}
-		}
-	}
-	if newSize > n.Size {
-		if err := j.trim(f, n); err != nil {
+	now := j.cfg.Clock()
+	if (punch || zero) && uint64(off) < n.Size || newSize > n.Size {
+		f, err := j.prepareData(n)
+		if err != nil {
 			return err
 		}
-		if err := f.Truncate(int64(newSize)); err != nil {
-			delete(j.trimmed, ino)
-			return j.dataErr("fallocate", ino, err)
+		if (punch || zero) && uint64(off) < n.Size {
+			zlen := min(end, n.Size) - uint64(off)
+			if err := f.PunchHole(off, int64(zlen)); err != nil {
+				// The staging filesystem cannot punch holes: write zeros.
+				if err := writeZeros(f, off, int64(zlen)); err != nil {
+					return j.dataErr("fallocate", ino, err)
+				}
+			}
+		}
+		if newSize > n.Size {
+			if err := j.trim(f, n); err != nil {
+				return err
+			}
+			if err := f.Truncate(int64(newSize)); err != nil {
+				delete(j.trimmed, ino)
+				return j.dataErr("fallocate", ino, err)
+			}
 		}
 	}
 	err = j.update(func(txn *badger.Txn) error {
 		j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + newSize
 		n.Size = newSize
 		n.Mtime, n.Ctime = now, now
-		if !c.Privileged() {
-			killPriv(n)
+		killPriv(c, n)
+		if err := j.putInode(txn, n); err != nil {
+			return err
 		}
-		return j.putInode(txn, n)
+		return j.markDirty(txn, n)
 	})
 	if err != nil {
 		delete(j.trimmed, ino)
@@ -409,18 +429,14 @@ func writeZeros(f File, off, n int64) error {
 }
 
 // CopyFileRange copies up to n bytes from in at inOff to out at outOff and
-// returns how many it copied (fewer at the end of in).
+// returns how many it copied: the count is first cut at the end of in (and
+// at FileSizeMax in out), then overlapping ranges of one file are refused,
+// as Linux does. Copying nothing changes nothing.
 func (j *Journal) CopyFileRange(ctx context.Context, c Caller, in Ino, inOff int64, out Ino, outOff int64, n int64) (int64, error) {
 	if err := j.lock(); err != nil {
 		return 0, err
 	}
 	defer j.mu.Unlock()
-	if inOff < 0 || outOff < 0 || n < 0 {
-		return 0, fmt.Errorf("copy_file_range: %w", ErrInvalid)
-	}
-	if in == out && inOff < outOff+n && outOff < inOff+n {
-		return 0, fmt.Errorf("copy_file_range within one file, overlapping: %w", ErrInvalid)
-	}
 	src, err := j.inode(in)
 	if err != nil {
 		return 0, err
@@ -429,14 +445,31 @@ func (j *Journal) CopyFileRange(ctx context.Context, c Caller, in Ino, inOff int
 	if err != nil {
 		return 0, err
 	}
-	for _, x := range []*inode{src, dst} {
-		if x.Type == TypeDir {
-			return 0, fmt.Errorf("copy_file_range on directory %d: %w", x.Ino, ErrIsDir)
-		}
-		if x.Type != TypeRegular {
-			return 0, fmt.Errorf("copy_file_range on inode %d: %w", x.Ino, ErrInvalid)
-		}
+	if src.Type == TypeDir || dst.Type == TypeDir {
+		return 0, fmt.Errorf("copy_file_range %d -> %d: %w", in, out, ErrIsDir)
 	}
+	if src.Type != TypeRegular || dst.Type != TypeRegular {
+		return 0, fmt.Errorf("copy_file_range %d -> %d: %w", in, out, ErrInvalid)
+	}
+	if inOff < 0 || outOff < 0 || n < 0 {
+		return 0, fmt.Errorf("copy_file_range: %w", ErrInvalid)
+	}
+	if size := int64(src.Size); inOff >= size {
+		n = 0
+	} else {
+		n = min(n, size-inOff)
+	}
+	if outOff >= FileSizeMax {
+		return 0, fmt.Errorf("copy_file_range to byte %d: %w", outOff, ErrFileTooBig)
+	}
+	n = min(n, FileSizeMax-outOff)
+	if in == out && outOff+n > inOff && outOff < inOff+n {
+		return 0, fmt.Errorf("copy_file_range within one file, overlapping: %w", ErrInvalid)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	now := j.cfg.Clock()
 	var copied int64
 	buf := make([]byte, min(n, 1<<20))
 	for copied < n {
@@ -447,11 +480,14 @@ func (j *Journal) CopyFileRange(ctx context.Context, c Caller, in Ino, inOff int
 		if k == 0 {
 			break
 		}
-		if _, err := j.writeLocked(c, out, buf[:k], outOff+copied); err != nil {
+		if dst, err = j.inode(out); err != nil {
+			return copied, err
+		}
+		if _, err := j.writeLocked(c, dst, buf[:k], outOff+copied, now); err != nil {
 			return copied, err
 		}
 		copied += int64(k)
-		if in == out { // the source changed; reload it
+		if in == out { // the file changed (outside the source range); reload it
 			if src, err = j.inode(in); err != nil {
 				return copied, err
 			}
@@ -471,22 +507,16 @@ func (j *Journal) Lseek(ctx context.Context, ino Ino, off int64, whence int) (in
 	if err != nil {
 		return 0, err
 	}
-	if n.Type == TypeDir {
-		return 0, fmt.Errorf("lseek on directory %d: %w", ino, ErrIsDir)
+	if n.Type != TypeRegular || whence != SeekData && whence != SeekHole {
+		return 0, fmt.Errorf("lseek on inode %d of type %v, whence %d: %w", ino, n.Type, whence, ErrInvalid)
 	}
-	if off < 0 {
-		return 0, fmt.Errorf("lseek to %d: %w", off, ErrInvalid)
+	if off < 0 || uint64(off) >= n.Size {
+		return 0, fmt.Errorf("lseek to %d of %d bytes: %w", off, n.Size, ErrNoSeekData)
 	}
-	if uint64(off) >= n.Size {
-		return 0, fmt.Errorf("lseek past the end: %w", ErrNoSeekData)
-	}
-	switch whence {
-	case SeekData:
+	if whence == SeekData {
 		return off, nil
-	case SeekHole:
-		return int64(n.Size), nil
 	}
-	return 0, fmt.Errorf("lseek whence %d: %w", whence, ErrInvalid)
+	return int64(n.Size), nil
 }
 
 // Fsync makes ino's data and the journal's metadata durable.

@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cairnfs/cairn/chunkstore"
 	"github.com/cairnfs/cairn/journal"
 )
@@ -208,51 +206,5 @@ func TestFault_Fsync(t *testing.T) {
 	fsys.fail("sync", syscall.EIO)
 	if err := j.Fsync(ctx, f.Ino, false); !errors.Is(err, journal.ErrIO) {
 		t.Fatalf("fsync with a failing disk: err = %v, want ErrIO", err)
-	}
-}
-
-// A journal on a really full disk fails writes with ErrNoSpace, stays
-// consistent, and works again once space is freed.
-func TestFault_DiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to mount a small tmpfs; CI runs as root")
-		}
-		t.Skip("needs root to mount a small tmpfs")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=48m"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	e := newEnv(t)
-	j := e.open("ws", dir+"/journal", chunkstore.ID{})
-	f := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "fill", 0o644))
-	chunk := bytes.Repeat([]byte{7}, 1<<20)
-	var err error
-	var off int64
-	for off = 0; off < 200<<20; off += int64(len(chunk)) {
-		if _, err = j.Write(ctx, journal.Root, f.Ino, chunk, off); err != nil {
-			break
-		}
-	}
-	if !errors.Is(err, journal.ErrNoSpace) {
-		t.Fatalf("filling a 48 MiB disk: err = %v after %d MiB, want ErrNoSpace", err, off>>20)
-	}
-	a := must[journal.Attr](t)(j.GetAttr(ctx, f.Ino))
-	if int64(a.Size) != off {
-		t.Fatalf("size %d after the failed write at %d", a.Size, off)
-	}
-	if err := j.Unlink(ctx, journal.Root, journal.RootIno, "fill"); err != nil {
-		t.Fatalf("unlink on a full disk: %v", err)
-	}
-	g := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "after", 0o644))
-	if _, err := j.Write(ctx, journal.Root, g.Ino, []byte("fine"), 0); err != nil {
-		t.Fatalf("write after freeing space: %v", err)
-	}
-	j.Close()
-	j2 := e.open("ws", dir+"/journal", chunkstore.ID{})
-	if got := readAll(t, j2, must[journal.Attr](t)(j2.Lookup(ctx, journal.RootIno, "after")).Ino); string(got) != "fine" {
-		t.Fatalf("after reopen: %q", got)
 	}
 }

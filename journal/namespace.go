@@ -9,17 +9,25 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// checkName validates a name for a new directory entry.
+// checkName validates a name (not "." or "..", handled by each operation).
 func checkName(name string) error {
 	switch {
-	case name == "" || strings.ContainsAny(name, "/\x00"):
+	case name == "":
+		return fmt.Errorf("empty name: %w", ErrNotFound)
+	case strings.ContainsAny(name, "/\x00"):
 		return fmt.Errorf("name %q: %w", name, ErrInvalid)
-	case name == "." || name == "..":
-		return fmt.Errorf("name %q: %w", name, ErrExists)
 	case len(name) > NameMax:
 		return fmt.Errorf("name of %d bytes: %w", len(name), ErrNameTooLong)
 	}
 	return nil
+}
+
+// checkNewName validates the name of a new entry.
+func checkNewName(name string) error {
+	if name == "." || name == ".." {
+		return fmt.Errorf("create %q: %w", name, ErrExists)
+	}
+	return checkName(name)
 }
 
 // child looks up name in the loaded directory parent.
@@ -49,14 +57,29 @@ func (j *Journal) Lookup(ctx context.Context, parent Ino, name string) (Attr, er
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()
-	if len(name) > NameMax {
-		return Attr{}, fmt.Errorf("lookup: %w", ErrNameTooLong)
-	}
 	if err := j.ensureDir(ctx, parent); err != nil {
 		return Attr{}, err
 	}
+	if name != "." && name != ".." {
+		if err := checkName(name); err != nil {
+			return Attr{}, err
+		}
+	}
 	var a Attr
 	err := j.db.View(func(txn *badger.Txn) error {
+		if name == "." || name == ".." {
+			d, err := j.getInode(txn, parent)
+			if err != nil {
+				return err
+			}
+			if name == ".." {
+				if d, err = j.getInode(txn, d.Parent); err != nil {
+					return err
+				}
+			}
+			a = d.Attr
+			return nil
+		}
 		ino, _, ok, err := j.child(txn, parent, name)
 		if err != nil {
 			return err
@@ -119,28 +142,31 @@ func (j *Journal) Create(ctx context.Context, c Caller, parent Ino, name string,
 // Mknod makes a regular file, FIFO, socket or device node.
 func (j *Journal) Mknod(ctx context.Context, c Caller, parent Ino, name string, t Type, mode uint32, rdev uint64) (Attr, error) {
 	switch t {
-	case TypeRegular, TypeFIFO, TypeSocket, TypeCharDev, TypeBlockDev:
+	case TypeRegular, TypeFIFO, TypeSocket:
+		rdev = 0
+	case TypeCharDev, TypeBlockDev:
+	case TypeDir:
+		return Attr{}, fmt.Errorf("mknod of a directory: %w", ErrPermission)
 	default:
 		return Attr{}, fmt.Errorf("mknod of type %v: %w", t, ErrInvalid)
-	}
-	if t != TypeCharDev && t != TypeBlockDev {
-		rdev = 0
 	}
 	return j.mknode(ctx, c, parent, name, t, mode, rdev, "")
 }
 
 // Mkdir makes a directory.
 func (j *Journal) Mkdir(ctx context.Context, c Caller, parent Ino, name string, mode uint32) (Attr, error) {
-	return j.mknode(ctx, c, parent, name, TypeDir, mode, 0, "")
+	return j.mknode(ctx, c, parent, name, TypeDir, mode&(0o777|ModeSticky), 0, "")
 }
 
 // Symlink makes a symbolic link to target.
 func (j *Journal) Symlink(ctx context.Context, c Caller, parent Ino, name, target string) (Attr, error) {
 	switch {
-	case target == "" || strings.IndexByte(target, 0) >= 0:
-		return Attr{}, fmt.Errorf("symlink target: %w", ErrInvalid)
+	case target == "":
+		return Attr{}, fmt.Errorf("empty symlink target: %w", ErrNotFound)
 	case len(target) > SymlinkMax:
 		return Attr{}, fmt.Errorf("symlink target of %d bytes: %w", len(target), ErrNameTooLong)
+	case strings.IndexByte(target, 0) >= 0:
+		return Attr{}, fmt.Errorf("symlink target with a NUL: %w", ErrInvalid)
 	}
 	return j.mknode(ctx, c, parent, name, TypeSymlink, 0o777, 0, target)
 }
@@ -150,10 +176,10 @@ func (j *Journal) mknode(ctx context.Context, c Caller, parent Ino, name string,
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()
-	if err := checkName(name); err != nil {
+	if err := j.ensureDir(ctx, parent); err != nil {
 		return Attr{}, err
 	}
-	if err := j.ensureDir(ctx, parent); err != nil {
+	if err := checkNewName(name); err != nil {
 		return Attr{}, err
 	}
 	if err := j.checkInodeQuota(1); err != nil {
@@ -249,10 +275,10 @@ func (j *Journal) Link(ctx context.Context, c Caller, ino Ino, newParent Ino, ne
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()
-	if err := checkName(newName); err != nil {
+	if err := j.ensureDir(ctx, newParent); err != nil {
 		return Attr{}, err
 	}
-	if err := j.ensureDir(ctx, newParent); err != nil {
+	if err := checkNewName(newName); err != nil {
 		return Attr{}, err
 	}
 	now := j.cfg.Clock()
@@ -320,6 +346,9 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 		return err
 	}
 	defer j.mu.Unlock()
+	if err := j.ensureDir(ctx, parent); err != nil {
+		return err
+	}
 	switch {
 	case name == "." && isDir:
 		return fmt.Errorf("rmdir %q: %w", name, ErrInvalid)
@@ -327,37 +356,51 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 		return fmt.Errorf("rmdir %q: %w", name, ErrNotEmpty)
 	case name == "." || name == "..":
 		return fmt.Errorf("unlink %q: %w", name, ErrIsDir)
-	case len(name) > NameMax:
-		return fmt.Errorf("remove: %w", ErrNameTooLong)
 	}
-	if err := j.ensureDir(ctx, parent); err != nil {
+	if err := checkName(name); err != nil {
 		return err
 	}
-	// A directory to remove must be loaded (to see that it is empty) before
-	// the transaction; a file needs no second look.
+	// Linux's order: the name, then the sticky rule, then the type.
 	var target Ino
-	if isDir {
-		err := j.db.View(func(txn *badger.Txn) error {
-			var err error
-			target, err = j.childOfType(txn, parent, name, true)
+	var targetDir bool
+	err := j.db.View(func(txn *badger.Txn) error {
+		ino, t, ok, err := j.child(txn, parent, name)
+		switch {
+		case err != nil:
 			return err
-		})
+		case !ok:
+			return fmt.Errorf("remove %q: %w", name, ErrNotFound)
+		}
+		p, err := j.getInode(txn, parent)
 		if err != nil {
 			return err
 		}
-		if err := j.ensureDir(ctx, target); err != nil {
+		n, err := j.getInode(txn, ino)
+		if err != nil {
+			return err
+		}
+		switch {
+		case stickyDenied(c, p, n):
+			return fmt.Errorf("remove %q from a sticky directory: %w", name, ErrPermission)
+		case isDir && t != TypeDir:
+			return fmt.Errorf("rmdir %q: %w", name, ErrNotDir)
+		case !isDir && t == TypeDir:
+			return fmt.Errorf("unlink %q: %w", name, ErrIsDir)
+		}
+		target, targetDir = ino, t == TypeDir
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if targetDir {
+		if err := j.ensureDir(ctx, target); err != nil { // to see that it is empty
 			return err
 		}
 	}
 	now := j.cfg.Clock()
 	var dropped []*inode
-	err := j.update(func(txn *badger.Txn) error {
-		if !isDir {
-			var err error
-			if target, err = j.childOfType(txn, parent, name, false); err != nil {
-				return err
-			}
-		}
+	err = j.update(func(txn *badger.Txn) error {
 		p, err := j.getInode(txn, parent)
 		if err != nil {
 			return err
@@ -365,9 +408,6 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 		n, err := j.getInode(txn, target)
 		if err != nil {
 			return err
-		}
-		if stickyDenied(c, p, n) {
-			return fmt.Errorf("remove %q from a sticky directory: %w", name, ErrPermission)
 		}
 		if isDir {
 			if empty, err := j.isEmpty(txn, target); err != nil {
@@ -390,22 +430,6 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 		j.forget(dropped)
 	}
 	return err
-}
-
-// childOfType looks up name for rmdir (dir) or unlink (!dir).
-func (j *Journal) childOfType(txn *badger.Txn, parent Ino, name string, dir bool) (Ino, error) {
-	ino, t, ok, err := j.child(txn, parent, name)
-	switch {
-	case err != nil:
-		return 0, err
-	case !ok:
-		return 0, fmt.Errorf("remove %q: %w", name, ErrNotFound)
-	case dir && t != TypeDir:
-		return 0, fmt.Errorf("rmdir %q: %w", name, ErrNotDir)
-	case !dir && t == TypeDir:
-		return 0, fmt.Errorf("unlink %q: %w", name, ErrIsDir)
-	}
-	return ino, nil
 }
 
 // dropName removes the dentry parent/name of n and one link of n, deleting n

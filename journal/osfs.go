@@ -1,10 +1,6 @@
 package journal
 
-import (
-	"os"
-
-	"golang.org/x/sys/unix"
-)
+import "os"
 
 // FS is the journal's seam to the local filesystem for staging files: every
 // staging-file operation goes through it, named, so that tests can inject
@@ -44,6 +40,6 @@ func (OSFS) Remove(name string) error { return os.Remove(name) }
 
 type osFile struct{ *os.File }
 
-func (f osFile) PunchHole(off, n int64) error {
-	return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
-}
+// PunchHole implements File (osfs_linux.go; elsewhere ErrNotSupported, and
+// the journal writes zeros instead).
+func (f osFile) PunchHole(off, n int64) error { return punchHole(f.File, off, n) }

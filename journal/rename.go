@@ -17,19 +17,9 @@ func (j *Journal) Rename(ctx context.Context, c Caller, parent Ino, name string,
 		return err
 	}
 	defer j.mu.Unlock()
-	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
+	exchange, noReplace := flags&RenameExchange != 0, flags&RenameNoReplace != 0
+	if flags&^(RenameNoReplace|RenameExchange) != 0 || exchange && noReplace {
 		return fmt.Errorf("rename flags %#x: %w", flags, ErrInvalid)
-	}
-	for _, n := range []string{name, newName} {
-		if n == "." || n == ".." {
-			return fmt.Errorf("rename %q: %w", n, ErrBusy)
-		}
-	}
-	if len(name) > NameMax {
-		return fmt.Errorf("rename: %w", ErrNameTooLong)
-	}
-	if err := checkName(newName); err != nil {
-		return err
 	}
 	if err := j.ensureDir(ctx, parent); err != nil {
 		return err
@@ -37,43 +27,70 @@ func (j *Journal) Rename(ctx context.Context, c Caller, parent Ino, name string,
 	if err := j.ensureDir(ctx, newParent); err != nil {
 		return err
 	}
-	// Directories whose emptiness or entries matter must be loaded first.
+	if name == "." || name == ".." {
+		return fmt.Errorf("rename %q: %w", name, ErrBusy)
+	}
+	if newName == "." || newName == ".." {
+		if noReplace {
+			return fmt.Errorf("rename to %q: %w", newName, ErrExists)
+		}
+		return fmt.Errorf("rename to %q: %w", newName, ErrBusy)
+	}
+	if err := checkName(name); err != nil {
+		return err
+	}
+	// The checks Linux makes before locking anything, in its order.
 	var srcIno, dstIno Ino
-	var srcType, dstType Type
-	var dstOK bool
+	var dstType Type
+	var exists bool
 	err := j.db.View(func(txn *badger.Txn) error {
 		var ok bool
 		var err error
-		srcIno, srcType, ok, err = j.child(txn, parent, name)
-		if err != nil {
+		if srcIno, _, ok, err = j.child(txn, parent, name); err != nil {
 			return err
-		}
-		if !ok {
+		} else if !ok {
 			return fmt.Errorf("rename %q: %w", name, ErrNotFound)
 		}
-		dstIno, dstType, dstOK, err = j.child(txn, newParent, newName)
-		return err
+		if err := checkName(newName); err != nil {
+			return err
+		}
+		if dstIno, dstType, exists, err = j.child(txn, newParent, newName); err != nil {
+			return err
+		}
+		switch {
+		case noReplace && exists:
+			return fmt.Errorf("rename onto %q: %w", newName, ErrExists)
+		case exchange && !exists:
+			return fmt.Errorf("rename exchange with %q: %w", newName, ErrNotFound)
+		}
+		trap, err := j.renameTrap(txn, newParent, parent)
+		if err != nil || trap == 0 {
+			return err
+		}
+		switch {
+		case srcIno == trap:
+			return fmt.Errorf("rename %q into its own subtree: %w", name, ErrInvalid)
+		case exists && dstIno == trap && exchange:
+			return fmt.Errorf("exchange %q with an ancestor: %w", name, ErrInvalid)
+		case exists && dstIno == trap:
+			return fmt.Errorf("rename %q over an ancestor: %w", name, ErrNotEmpty)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if dstOK && dstType == TypeDir && flags&RenameExchange == 0 {
-		if err := j.ensureDir(ctx, dstIno); err != nil {
+	if exists && dstIno == srcIno {
+		return nil // two names of one inode (or the same name): nothing to do
+	}
+	if exists && dstType == TypeDir && !exchange {
+		if err := j.ensureDir(ctx, dstIno); err != nil { // to see that it is empty
 			return err
 		}
 	}
 	now := j.cfg.Clock()
 	var dropped []*inode
 	err = j.update(func(txn *badger.Txn) error {
-		switch {
-		case flags&RenameExchange != 0 && !dstOK:
-			return fmt.Errorf("rename exchange with %q: %w", newName, ErrNotFound)
-		case flags&RenameNoReplace != 0 && dstOK:
-			return fmt.Errorf("rename onto %q: %w", newName, ErrExists)
-		}
-		if dstOK && dstIno == srcIno {
-			return nil // two names of one inode (or the same name): nothing to do
-		}
 		src, err := j.getInode(txn, srcIno)
 		if err != nil {
 			return err
@@ -91,44 +108,49 @@ func (j *Journal) Rename(ctx context.Context, c Caller, parent Ino, name string,
 		if stickyDenied(c, sp, src) {
 			return fmt.Errorf("rename %q out of a sticky directory: %w", name, ErrPermission)
 		}
-		if srcType == TypeDir && newParent != parent {
-			if err := j.checkNotAncestor(txn, srcIno, newParent); err != nil {
+		srcDir := src.Type == TypeDir
+		var dst *inode
+		dstDir := false
+		if exists {
+			if dst, err = j.getInode(txn, dstIno); err != nil {
 				return err
 			}
-		}
-		if !dstOK {
-			return j.moveName(txn, src, sp, name, dp, newName, now)
-		}
-		dst, err := j.getInode(txn, dstIno)
-		if err != nil {
-			return err
-		}
-		if stickyDenied(c, dp, dst) {
-			return fmt.Errorf("rename onto %q in a sticky directory: %w", newName, ErrPermission)
-		}
-		if flags&RenameExchange != 0 {
-			if dstType == TypeDir && newParent != parent {
-				if err := j.checkNotAncestor(txn, dstIno, parent); err != nil {
-					return err
-				}
+			dstDir = dst.Type == TypeDir
+			if stickyDenied(c, dp, dst) {
+				return fmt.Errorf("rename onto %q in a sticky directory: %w", newName, ErrPermission)
 			}
-			return j.exchange(txn, src, sp, name, dst, dp, newName, now)
+			if !exchange && srcDir && !dstDir {
+				return fmt.Errorf("rename directory onto %q: %w", newName, ErrNotDir)
+			}
+			if !exchange && !srcDir && dstDir {
+				return fmt.Errorf("rename onto directory %q: %w", newName, ErrIsDir)
+			}
 		}
-		switch {
-		case srcType == TypeDir && dstType != TypeDir:
-			return fmt.Errorf("rename directory onto %q: %w", newName, ErrNotDir)
-		case srcType != TypeDir && dstType == TypeDir:
-			return fmt.Errorf("rename onto directory %q: %w", newName, ErrIsDir)
-		case dstType == TypeDir:
+		if parent != newParent {
+			if srcDir && !dstDir && dp.Nlink >= LinkMax {
+				return fmt.Errorf("rename into directory %d: %w", newParent, ErrTooManyLinks)
+			}
+			if exchange && !srcDir && dstDir && sp.Nlink >= LinkMax {
+				return fmt.Errorf("exchange into directory %d: %w", parent, ErrTooManyLinks)
+			}
+		}
+		if !exchange && dstDir {
 			if empty, err := j.isEmpty(txn, dstIno); err != nil {
 				return err
 			} else if !empty {
 				return fmt.Errorf("rename onto %q: %w", newName, ErrNotEmpty)
 			}
-			dp.Nlink-- // loses the replaced subdirectory
 		}
-		if err := j.dropName(txn, newParent, newName, dst, now, &dropped); err != nil {
-			return err
+		if exchange {
+			return j.exchange(txn, src, sp, name, dst, dp, newName, now)
+		}
+		if exists {
+			if dstDir {
+				dp.Nlink-- // loses the replaced subdirectory
+			}
+			if err := j.dropName(txn, newParent, newName, dst, now, &dropped); err != nil {
+				return err
+			}
 		}
 		return j.moveName(txn, src, sp, name, dp, newName, now)
 	})
@@ -138,22 +160,33 @@ func (j *Journal) Rename(ctx context.Context, c Caller, parent Ino, name string,
 	return err
 }
 
-// checkNotAncestor fails with ErrInvalid if dir is target or one of its
-// ancestors (moving dir under target would make a cycle).
-func (j *Journal) checkNotAncestor(txn *badger.Txn, dir, target Ino) error {
-	for cur := target; ; {
-		if cur == dir {
-			return fmt.Errorf("rename directory %d into its own subtree: %w", dir, ErrInvalid)
-		}
-		if cur == RootIno {
-			return nil
-		}
-		n, err := j.getInode(txn, cur)
-		if err != nil {
-			return err
-		}
-		cur = n.Parent
+// renameTrap is Linux's lock_rename trap: when one of the two directories
+// is an ancestor of the other, the child of the ancestor on the path to the
+// other (0 if neither is).
+func (j *Journal) renameTrap(txn *badger.Txn, newDir, oldDir Ino) (Ino, error) {
+	if newDir == oldDir {
+		return 0, nil
 	}
+	if t, err := j.childTowards(txn, oldDir, newDir); err != nil || t != 0 {
+		return t, err
+	}
+	return j.childTowards(txn, newDir, oldDir)
+}
+
+// childTowards returns the child of anc that is desc or an ancestor of
+// desc, or 0 when anc is not a proper ancestor of desc.
+func (j *Journal) childTowards(txn *badger.Txn, anc, desc Ino) (Ino, error) {
+	for p := desc; p != RootIno; {
+		n, err := j.getInode(txn, p)
+		if err != nil {
+			return 0, err
+		}
+		if n.Parent == anc {
+			return p, nil
+		}
+		p = n.Parent
+	}
+	return 0, nil
 }
 
 // moveName moves src from sp/name to dp/newName (where nothing is).

@@ -9,14 +9,42 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
+// checkXattrName applies Linux's limits on an xattr name's length.
 func checkXattrName(name string) error {
-	switch {
-	case name == "" || strings.IndexByte(name, 0) >= 0:
-		return fmt.Errorf("xattr name %q: %w", name, ErrInvalid)
-	case len(name) > XattrNameMax:
+	if name == "" || len(name) > XattrNameMax {
 		return fmt.Errorf("xattr name of %d bytes: %w", len(name), ErrRange)
-	case strings.HasPrefix(name, "user."), strings.HasPrefix(name, "trusted."), strings.HasPrefix(name, "security."):
-		return nil
+	}
+	return nil
+}
+
+// xattrAccess applies Linux's namespace rules to reading (c == nil) or
+// changing an xattr of n: user.* only on regular files and directories
+// (and on a sticky directory only by its owner or root), trusted.* and
+// security.* changed only by root, a bare namespace prefix invalid, other
+// namespaces unsupported.
+func xattrAccess(c *Caller, n *inode, name string) error {
+	write := c != nil
+	if strings.HasPrefix(name, "user.") {
+		if n.Type != TypeRegular && n.Type != TypeDir {
+			if write {
+				return fmt.Errorf("user xattr on %v %d: %w", n.Type, n.Ino, ErrPermission)
+			}
+			return fmt.Errorf("user xattr on %v %d: %w", n.Type, n.Ino, ErrNoData)
+		}
+		if write && n.Type == TypeDir && n.Mode&ModeSticky != 0 && !c.Privileged() && c.UID != n.UID {
+			return fmt.Errorf("user xattr on sticky directory %d: %w", n.Ino, ErrPermission)
+		}
+	}
+	if write && (strings.HasPrefix(name, "trusted.") || strings.HasPrefix(name, "security.")) && !c.Privileged() {
+		return fmt.Errorf("xattr %q by uid %d: %w", name, c.UID, ErrPermission)
+	}
+	for _, ns := range []string{"user.", "trusted.", "security."} {
+		if strings.HasPrefix(name, ns) {
+			if len(name) == len(ns) {
+				return fmt.Errorf("xattr name %q: %w", name, ErrInvalid)
+			}
+			return nil
+		}
 	}
 	return fmt.Errorf("xattr namespace of %q: %w", name, ErrNotSupported)
 }
@@ -32,7 +60,11 @@ func (j *Journal) GetXattr(ctx context.Context, ino Ino, name string) ([]byte, e
 	}
 	var val []byte
 	err := j.db.View(func(txn *badger.Txn) error {
-		if _, err := j.getInode(txn, ino); err != nil {
+		n, err := j.getInode(txn, ino)
+		if err != nil {
+			return err
+		}
+		if err := xattrAccess(nil, n, name); err != nil {
 			return err
 		}
 		item, err := txn.Get(xattrKey(j.m.Epoch, ino, name))
@@ -85,11 +117,11 @@ func (j *Journal) SetXattr(ctx context.Context, c Caller, ino Ino, name string, 
 		return err
 	}
 	defer j.mu.Unlock()
+	if flags&^(XattrCreate|XattrReplace) != 0 {
+		return fmt.Errorf("setxattr flags %#x: %w", flags, ErrInvalid)
+	}
 	if err := checkXattrName(name); err != nil {
 		return err
-	}
-	if flags&^(XattrCreate|XattrReplace) != 0 || flags == XattrCreate|XattrReplace {
-		return fmt.Errorf("setxattr flags %#x: %w", flags, ErrInvalid)
 	}
 	if len(value) > XattrSizeMax {
 		return fmt.Errorf("xattr value of %d bytes: %w", len(value), ErrTooBig)
@@ -98,6 +130,9 @@ func (j *Journal) SetXattr(ctx context.Context, c Caller, ino Ino, name string, 
 	return j.update(func(txn *badger.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err != nil {
+			return err
+		}
+		if err := xattrAccess(&c, n, name); err != nil {
 			return err
 		}
 		names := j.xattrNames(txn, ino)
@@ -140,6 +175,9 @@ func (j *Journal) RemoveXattr(ctx context.Context, c Caller, ino Ino, name strin
 	return j.update(func(txn *badger.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err != nil {
+			return err
+		}
+		if err := xattrAccess(&c, n, name); err != nil {
 			return err
 		}
 		key := xattrKey(j.m.Epoch, ino, name)

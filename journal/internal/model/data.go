@@ -1,6 +1,11 @@
 package model
 
-import "maps"
+import (
+	"maps"
+	"slices"
+
+	"github.com/cairnfs/cairn/journal"
+)
 
 const pageSize = 4096
 
@@ -79,4 +84,20 @@ func (d *fileData) truncate(oldSize, size int64) {
 	if size < oldSize {
 		d.zero(size, oldSize)
 	}
+}
+
+// DataPages returns the offsets of the pages of a regular file that hold
+// data, sorted, and the page size: what a test needs to compare a large
+// sparse file without reading all of it.
+func (m *Model) DataPages(ino journal.Ino) ([]int64, int64) {
+	n, ok := m.inodes[ino]
+	if !ok || n.data == nil {
+		return nil, pageSize
+	}
+	offs := make([]int64, 0, len(n.data.pages))
+	for k := range n.data.pages {
+		offs = append(offs, k*pageSize)
+	}
+	slices.Sort(offs)
+	return offs, pageSize
 }

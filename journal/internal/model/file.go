@@ -27,14 +27,18 @@ func (m *Model) regular(ino journal.Ino, op string) (*inode, error) {
 
 // Read reads up to len(p) bytes at off: a short count at the end of the
 // file, 0 at or beyond it. Holes read as zeros. It does not change atime
-// (the mount behaves as noatime). A negative off gives ErrInvalid.
+// (the mount behaves as noatime). A negative off gives ErrInvalid, before
+// the type check (as pread(2)).
 func (m *Model) Read(ctx context.Context, ino journal.Ino, p []byte, off int64) (int, error) {
-	n, err := m.regular(ino, "read")
-	if err != nil {
+	if _, err := m.get(ino); err != nil {
 		return 0, err
 	}
 	if off < 0 {
 		return 0, fmt.Errorf("read %d at %d: %w", ino, off, journal.ErrInvalid)
+	}
+	n, err := m.regular(ino, "read")
+	if err != nil {
+		return 0, err
 	}
 	size := int64(n.attr.Size)
 	if off >= size {
@@ -48,15 +52,18 @@ func (m *Model) Read(ctx context.Context, ino journal.Ino, p []byte, off int64) 
 // Write writes p at off, extending the file (with a hole before off if
 // off is beyond the end). As write(2): an empty p changes nothing; a
 // write starting at or beyond FileSizeMax gives ErrFileTooBig and one
-// crossing it is short. It sets mtime and ctime and, for an unprivileged
+// crossing it is short; a negative off ErrInvalid, before the type check. It sets mtime and ctime and, for an unprivileged
 // caller, clears setuid/setgid like Linux's file_remove_privs.
 func (m *Model) Write(ctx context.Context, c journal.Caller, ino journal.Ino, p []byte, off int64) (int, error) {
-	n, err := m.regular(ino, "write")
-	if err != nil {
+	if _, err := m.get(ino); err != nil {
 		return 0, err
 	}
 	if off < 0 {
 		return 0, fmt.Errorf("write %d at %d: %w", ino, off, journal.ErrInvalid)
+	}
+	n, err := m.regular(ino, "write")
+	if err != nil {
+		return 0, err
 	}
 	if len(p) == 0 {
 		return 0, nil
@@ -132,7 +139,8 @@ func (m *Model) Fallocate(ctx context.Context, c journal.Caller, ino journal.Ino
 
 // CopyFileRange copies up to n bytes from in at inOff to out at outOff, as
 // copy_file_range(2): a directory gives ErrIsDir, another non-regular file
-// ErrInvalid, a negative offset or n ErrInvalid; the count is cut at in's
+// ErrInvalid, a negative offset or n ErrInvalid (Linux: EOVERFLOW for a
+// negative offset; it never reaches a filesystem); the count is cut at in's
 // end of file (0 bytes: nothing changes) and at FileSizeMax (outOff at or
 // beyond it: ErrFileTooBig); overlapping ranges of one file give
 // ErrInvalid. out gets mtime and ctime and loses setuid/setgid as on a

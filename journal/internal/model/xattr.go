@@ -30,9 +30,9 @@ func checkXattrName(name string) error {
 //     inodes writes give ErrPermission (even for root) and reads ErrNoData;
 //   - writing "user.*" on a sticky directory takes its owner or root
 //     (ErrPermission);
-//   - writing "trusted.*" takes root (ErrPermission); the read side of the
-//     rule (ErrNoData for unprivileged readers) is the kernel's, as reads
-//     carry no caller;
+//   - writing "trusted.*" or "security.*" takes root (ErrPermission:
+//     CAP_SYS_ADMIN); the read side of the trusted rule (ErrNoData for
+//     unprivileged readers) is the kernel's, as reads carry no caller;
 //   - then an unknown namespace gives ErrNotSupported, a namespace prefix
 //     alone ("user.") ErrInvalid.
 //
@@ -51,8 +51,8 @@ func xattrAccess(c *journal.Caller, n *inode, name string) error {
 			return fmt.Errorf("user xattr on sticky directory %d: %w", n.attr.Ino, journal.ErrPermission)
 		}
 	}
-	if write && strings.HasPrefix(name, "trusted.") && !c.Privileged() {
-		return fmt.Errorf("trusted xattr by uid %d: %w", c.UID, journal.ErrPermission)
+	if write && (strings.HasPrefix(name, "trusted.") || strings.HasPrefix(name, "security.")) && !c.Privileged() {
+		return fmt.Errorf("xattr %q by uid %d: %w", name, c.UID, journal.ErrPermission)
 	}
 	for _, ns := range xattrNamespaces {
 		if strings.HasPrefix(name, ns) {

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package journal
+
+import "os"
+
+func punchHole(*os.File, int64, int64) error { return ErrNotSupported }
