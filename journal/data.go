@@ -323,16 +323,6 @@ func (j *Journal) writeLocked(c Caller, n *inode, p []byte, off int64, now int64
 	return written, nil
 }
 
-func (j *Journal) checkWritable(n *inode) error {
-	switch n.Type {
-	case TypeRegular:
-		return nil
-	case TypeDir:
-		return fmt.Errorf("write to directory %d: %w", n.Ino, ErrIsDir)
-	}
-	return fmt.Errorf("write to inode %d of type %v: %w", n.Ino, n.Type, ErrInvalid)
-}
-
 // Fallocate implements fallocate(2): mode 0 extends the file to off+length
 // if it is shorter; KEEP_SIZE changes no size; PUNCH_HOLE (with KEEP_SIZE)
 // and ZERO_RANGE zero the range, ZERO_RANGE extending the file unless
