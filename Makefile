@@ -55,6 +55,9 @@ fuzz:
 bench: tools
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./chunkstore/cdc/ | grep -E '^(Benchmark|ok|PASS)' || true
 	$(GO) test -run '^$$' -bench 'ChunkHash|Ingest|IndexMemory|DecodeTree' -benchtime 3x ./chunkstore/
+	$(GO) test -run '^$$' -bench 'Create|Lookup|Unlink' -benchtime 20000x ./journal/
+	$(GO) test -run '^$$' -bench 'SnapshotSmallChange|Rollback' -benchtime 50x ./journal/
+	$(GO) test -run '^$$' -bench 'Memory100k' -benchtime 1x ./journal/
 
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files -o --exclude-standard '*.go')); \

@@ -2,10 +2,8 @@ package journal_test
 
 import (
 	"fmt"
-	"os"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/cairnfs/cairn/chunkstore"
@@ -195,16 +193,4 @@ func BenchmarkMemory100k(b *testing.B) {
 	}
 }
 
-func rss() uint64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func rss() uint64 { return chunkstoretest.RSS() }
