@@ -89,6 +89,7 @@ func (j *Journal) prepareData(n *inode) (File, error) {
 	if n.Staged && j.isDirty(n.Ino) {
 		return j.openStaged(n)
 	}
+	copied := !n.Staged
 	f, err := j.stage(n, false)
 	if err != nil {
 		return nil, err
@@ -102,7 +103,12 @@ func (j *Journal) prepareData(n *inode) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	j.trimmed[n.Ino] = struct{}{} // a copy-up leaves exactly Size bytes
+	if copied {
+		// A copy-up leaves exactly Size bytes. A staging file kept from
+		// before (the file was committed clean since) may hold more: a
+		// write killed past the end, or a shrink killed before its cut.
+		j.trimmed[n.Ino] = struct{}{}
+	}
 	return f, nil
 }
 

@@ -236,3 +236,56 @@ func TestJournal_ReopenAfterEmptyVlog(t *testing.T) {
 		t.Fatalf("after repair: Lookup = %+v, %v", got, err)
 	}
 }
+
+// A write killed after its pwrite but before its record leaves bytes past
+// the end of a staging file. If a snapshot commits the file clean in
+// between, the next growth must still cut them: a file grown by truncate
+// reads zeros there, in reads and in the next snapshot. (Found by the crash
+// test: the first write after a commit took a kept staging file for a
+// fresh copy-up.)
+func TestJournal_GrowAfterCommitCutsStaleTail(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	j, err := journal.Open(ctx, journal.Config{Dir: dir, Store: e.store, Workspace: "ws", Clock: e.clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644))
+	head := bytes.Repeat([]byte("h"), 6000)
+	if _, err := j.Write(ctx, journal.Root, a.Ino, head, 0); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	staged, err := filepath.Glob(filepath.Join(dir, "staging", "*", fmtAny(a.Ino)))
+	if err != nil || len(staged) != 1 {
+		t.Fatalf("staging file of inode %d: %v, %v", a.Ino, staged, err)
+	}
+	// What the killed write left: bytes past Size, no record of them.
+	f, err := os.OpenFile(staged[0], os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte("X"), 4000), int64(len(head))); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	j = e.open("ws", dir, chunkstore.ID{})
+	if _, err := j.Snapshot(ctx, journal.SnapshotOptions{}); err != nil { // the file is clean now
+		t.Fatal(err)
+	}
+	const size = 9000
+	if _, err := j.SetAttr(ctx, journal.Root, a.Ino, journal.SetAttrIn{Valid: journal.SetSize, Size: size}); err != nil {
+		t.Fatal(err)
+	}
+	want := append(bytes.Clone(head), make([]byte, size-len(head))...)
+	if got := readAll(t, j, a.Ino); !bytes.Equal(got, want) {
+		t.Fatalf("after growing to %d: bytes %d.. are %q, want zeros", size, len(head), got[len(head):len(head)+16])
+	}
+	id := must[chunkstore.ID](t)(j.Snapshot(ctx, journal.SnapshotOptions{}))
+	j2 := e.open("other", t.TempDir(), id)
+	b := must[journal.Attr](t)(j2.Lookup(ctx, journal.RootIno, "f"))
+	if got := readAll(t, j2, b.Ino); !bytes.Equal(got, want) {
+		t.Fatalf("snapshot holds bytes %q past the old end, want zeros", got[len(head):len(head)+16])
+	}
+}
