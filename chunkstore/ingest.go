@@ -66,13 +66,76 @@ func (s *Store) worker() {
 // files get parallelism by calling PutFile from several goroutines. The
 // content is durable once a later Flush returns.
 func (s *Store) PutFile(ctx context.Context, r io.Reader) (FileContent, error) {
+	chunks, size, err := s.putChunks(ctx, r)
+	if err != nil {
+		return FileContent{}, err
+	}
+	return s.fileContent(ctx, chunks, size)
+}
+
+// Range is a byte range of a file: Len bytes from Off.
+type Range struct{ Off, Len uint64 }
+
+// sparseMinHole is the shortest gap between data ranges that PutSparseFile
+// stores as a hole; shorter gaps are stored as data (zeros), so that a
+// file-system's block-sized holes do not cut the file into tiny chunks.
+const sparseMinHole = 64 << 10
+
+// PutSparseFile stores a sparse file of size bytes: r holds its bytes, and
+// data lists where they may be non-zero (sorted, not overlapping, within
+// size; what lseek(SEEK_DATA/SEEK_HOLE) reports). Everything else is stored
+// as holes: no blob, no bytes read, read back as zeros. Each data range is
+// chunked on its own, so equal ranges dedupe wherever they sit.
+func (s *Store) PutSparseFile(ctx context.Context, r io.ReaderAt, size uint64, data []Range) (FileContent, error) {
+	var merged []Range
+	var pos uint64
+	for i, d := range data {
+		if d.Len == 0 {
+			continue
+		}
+		end, ok := addSize(d.Off, d.Len)
+		if !ok || d.Off < pos || end > size {
+			return FileContent{}, fmt.Errorf("%w: data range %d [%d, +%d) is out of order or past the file's %d bytes", ErrInvalid, i, d.Off, d.Len, size)
+		}
+		if k := len(merged) - 1; k >= 0 && d.Off-(merged[k].Off+merged[k].Len) < sparseMinHole {
+			merged[k].Len = end - merged[k].Off
+		} else {
+			merged = append(merged, d)
+		}
+		pos = end
+	}
+	var chunks []ChunkRef
+	pos = 0
+	for _, d := range merged {
+		if d.Off > pos {
+			chunks = append(chunks, ChunkRef{Size: d.Off - pos})
+		}
+		refs, n, err := s.putChunks(ctx, io.NewSectionReader(r, int64(d.Off), int64(d.Len)))
+		if err != nil {
+			return FileContent{}, err
+		}
+		if n != d.Len {
+			return FileContent{}, fmt.Errorf("read file content: %d bytes at %d, expected %d: %w", n, d.Off, d.Len, io.ErrUnexpectedEOF)
+		}
+		chunks = append(chunks, refs...)
+		pos = d.Off + d.Len
+	}
+	if size > pos {
+		chunks = append(chunks, ChunkRef{Size: size - pos})
+	}
+	return s.fileContent(ctx, chunks, size)
+}
+
+// putChunks chunks r and stores every chunk, returning the chunk refs in
+// order and their total size.
+func (s *Store) putChunks(ctx context.Context, r io.Reader) ([]ChunkRef, uint64, error) {
 	s.mu.Lock()
 	closed := s.closed
 	s.life.RLock() // keeps s.jobs open until this call is done
 	s.mu.Unlock()
 	defer s.life.RUnlock()
 	if closed {
-		return FileContent{}, ErrClosed
+		return nil, 0, ErrClosed
 	}
 
 	// Chunkers are pooled per store: each carries its store's cutter (the
@@ -134,10 +197,10 @@ func (s *Store) PutFile(ctx context.Context, r io.Reader) (FileContent, error) {
 	}
 	call.wg.Wait()
 	if readErr != nil {
-		return FileContent{}, fmt.Errorf("read file content: %w", readErr)
+		return nil, 0, fmt.Errorf("read file content: %w", readErr)
 	}
 	if call.err != nil {
-		return FileContent{}, call.err
+		return nil, 0, call.err
 	}
 	chunks := make([]ChunkRef, len(call.refs))
 	var size uint64
@@ -145,7 +208,7 @@ func (s *Store) PutFile(ctx context.Context, r io.Reader) (FileContent, error) {
 		chunks[i] = *r
 		size += r.Size
 	}
-	return s.fileContent(ctx, chunks, size)
+	return chunks, size, nil
 }
 
 // fileContent turns a chunk list into a FileContent, moving long lists into

@@ -82,7 +82,13 @@ func (f *FileReader) ReadAt(p []byte, off int64) (int, error) {
 		if pos >= f.size {
 			return n, io.EOF
 		}
-		i := sort.Search(len(f.starts), func(i int) bool { return f.starts[i] > pos }) - 1
+		i := f.index(pos)
+		if f.chunks[i].IsHole() {
+			end := min(uint64(len(p)-n), f.starts[i]+f.chunks[i].Size-pos)
+			clear(p[n : n+int(end)])
+			n += int(end)
+			continue
+		}
 		data, err := f.chunk(i)
 		if err != nil {
 			return n, err
@@ -92,10 +98,26 @@ func (f *FileReader) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// WriteTo implements io.WriterTo: the whole file in order.
+// index returns the index of the chunk holding offset pos (< size).
+func (f *FileReader) index(pos uint64) int {
+	return sort.Search(len(f.starts), func(i int) bool { return f.starts[i] > pos }) - 1
+}
+
+// WriteTo implements io.WriterTo: the whole file in order, holes as zeros.
 func (f *FileReader) WriteTo(w io.Writer) (int64, error) {
 	var total int64
-	for i := range f.chunks {
+	for i, ref := range f.chunks {
+		if ref.IsHole() {
+			for left := ref.Size; left > 0; {
+				n, err := w.Write(zeroChunk[:min(left, uint64(len(zeroChunk)))])
+				total += int64(n)
+				left -= uint64(n)
+				if err != nil {
+					return total, err
+				}
+			}
+			continue
+		}
 		data, err := f.chunk(i)
 		if err != nil {
 			return total, err
@@ -109,15 +131,53 @@ func (f *FileReader) WriteTo(w io.Writer) (int64, error) {
 	return total, nil
 }
 
+// WriteDataTo writes the file's data chunks to w at their offsets and skips
+// its holes: w must read as zeros there already (a new or truncated file
+// does). It returns the number of data bytes written.
+func (f *FileReader) WriteDataTo(w io.WriterAt) (int64, error) {
+	var total int64
+	for i, ref := range f.chunks {
+		if ref.IsHole() {
+			continue
+		}
+		data, err := f.chunk(i)
+		if err != nil {
+			return total, err
+		}
+		n, err := w.WriteAt(data, int64(f.starts[i]))
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// Seek returns the first offset at or after off that is in data (hole
+// false) or in a hole (hole true), as lseek's SEEK_DATA and SEEK_HOLE do:
+// the end of the file counts as a hole, and ok is false when off is at or
+// past the end, or no data follows off.
+func (f *FileReader) Seek(off uint64, hole bool) (pos uint64, ok bool) {
+	if off >= f.size {
+		return 0, false
+	}
+	for i := f.index(off); i < len(f.chunks); i++ {
+		if f.chunks[i].IsHole() == hole {
+			return max(off, f.starts[i]), true
+		}
+	}
+	if hole {
+		return f.size, true
+	}
+	return 0, false
+}
+
 var zeroChunk = make([]byte, 1<<20)
 
 func (f *FileReader) chunk(i int) ([]byte, error) {
 	ref := f.chunks[i]
-	if ref.IsHole() {
-		if ref.Size <= uint64(len(zeroChunk)) {
-			return zeroChunk[:ref.Size], nil
-		}
-		return make([]byte, ref.Size), nil
+	if ref.IsHole() { // callers handle holes themselves; this is for safety
+		return nil, fmt.Errorf("%w: chunk %d is a hole", ErrInvalid, i)
 	}
 	f.mu.Lock()
 	if f.lastIdx == i {

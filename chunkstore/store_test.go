@@ -242,6 +242,93 @@ func TestStore_Holes(t *testing.T) {
 	}
 }
 
+// A sparse file: data ranges are chunked, gaps of 64 KiB or more are holes
+// (no blob), shorter gaps are data. Reads, WriteDataTo and Seek agree with
+// the bytes; a terabyte-sized hole costs nothing.
+func TestStore_PutSparseFile(t *testing.T) {
+	s := chunkstoretest.NewStore(t, chunkstoretest.LocalBackend(t), chunkstore.InitOptions{}, chunkstore.Options{})
+	const size = 1 << 40 // 1 TiB
+	a, b := randData(1, 100<<10), randData(2, 5000)
+	file := map[uint64][]byte{4096: a, 4096 + 100<<10 + 4096: b, size - 3: []byte("end")}
+	ranges := []chunkstore.Range{{Off: 4096, Len: uint64(len(a))}, {Off: 4096 + 100<<10 + 4096, Len: uint64(len(b))}, {Off: size - 3, Len: 3}}
+	r := sparseReader(file)
+	fc, err := s.PutSparseFile(ctx, r, size, ranges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc.Size != size {
+		t.Fatalf("size %d, want %d", fc.Size, size)
+	}
+	f, err := s.OpenFile(ctx, fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The 4 KiB gap between a and b is data (too short for a hole); the
+	// first 4 KiB and the run up to the last 3 bytes are holes.
+	for _, c := range []struct {
+		off  uint64
+		hole bool
+		want uint64
+		ok   bool
+	}{
+		{0, false, 4096, true}, {0, true, 0, true}, {5000, true, 4096 + 100<<10 + 4096 + 5000, true},
+		{size - 10, false, size - 3, true}, {size - 2, true, size, true}, {size, false, 0, false},
+	} {
+		got, ok := f.Seek(c.off, c.hole)
+		if got != c.want || ok != c.ok {
+			t.Errorf("Seek(%d, hole=%v) = %d, %v; want %d, %v", c.off, c.hole, got, ok, c.want, c.ok)
+		}
+	}
+	for off, want := range file {
+		got := make([]byte, len(want)+8)
+		n, err := f.ReadAt(got, int64(off)-4)
+		if off+uint64(len(want)) == size {
+			if err != io.EOF || n != len(want)+4 {
+				t.Fatalf("ReadAt at the end: %d, %v", n, err)
+			}
+			got = got[:n+4]
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[4:4+len(want)], want) || !allZero(got[:4]) || !allZero(got[4+len(want):]) {
+			t.Fatalf("bytes around %d differ", off)
+		}
+	}
+	w := &recordingWriterAt{}
+	if n, err := f.WriteDataTo(w); err != nil || n >= 1<<20 {
+		t.Fatalf("WriteDataTo wrote %d bytes (%v); the holes must be skipped", n, err)
+	}
+	if _, err := s.PutSparseFile(ctx, r, size, []chunkstore.Range{{Off: 10, Len: 5}, {Off: 0, Len: 5}}); !errors.Is(err, chunkstore.ErrInvalid) {
+		t.Fatalf("unsorted ranges: %v, want ErrInvalid", err)
+	}
+	if _, err := s.PutSparseFile(ctx, r, 100, []chunkstore.Range{{Off: 90, Len: 20}}); !errors.Is(err, chunkstore.ErrInvalid) {
+		t.Fatalf("range past the end: %v, want ErrInvalid", err)
+	}
+}
+
+// sparseReader reads the given runs of bytes, zeros elsewhere.
+type sparseReader map[uint64][]byte
+
+func (s sparseReader) ReadAt(p []byte, off int64) (int, error) {
+	clear(p)
+	for at, b := range s {
+		lo, hi := max(uint64(off), at), min(uint64(off)+uint64(len(p)), at+uint64(len(b)))
+		if lo < hi {
+			copy(p[lo-uint64(off):hi-uint64(off)], b[lo-at:hi-at])
+		}
+	}
+	return len(p), nil
+}
+
+type recordingWriterAt struct{ n int64 }
+
+func (w *recordingWriterAt) WriteAt(p []byte, off int64) (int, error) {
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+func allZero(b []byte) bool { return bytes.Count(b, []byte{0}) == len(b) }
+
 func TestStore_Dedupe(t *testing.T) {
 	be := chunkstoretest.LocalBackend(t)
 	s := chunkstoretest.NewStore(t, be, chunkstore.InitOptions{}, chunkstore.Options{})

@@ -3,6 +3,7 @@ package journal
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -307,12 +308,15 @@ func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error
 		}
 		fc.Size = n.Size
 	} else {
-		fc, err = j.store.PutFile(c.ctx, io.NewSectionReader(f, 0, int64(n.Size)))
+		ranges, err := dataRanges(f, n.Size)
 		if err != nil {
-			return fc, nil, err
+			return fc, nil, j.dataErr("find the holes of the staging file", n.Ino, err)
 		}
-		if fc.Size != n.Size {
-			return fc, nil, fmt.Errorf("%w: staging file of inode %d holds %d bytes, its size is %d", ErrIO, n.Ino, fc.Size, n.Size)
+		if fc, err = j.store.PutSparseFile(c.ctx, f, n.Size, ranges); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return fc, nil, fmt.Errorf("%w: staging file of inode %d is shorter than its size %d: %v", ErrIO, n.Ino, n.Size, err)
+			}
+			return fc, nil, err
 		}
 		up.Inline, up.Chunks, up.ChunkLists = nil, fc.Chunks, fc.ChunkLists
 	}

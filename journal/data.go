@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/cairnfs/cairn/chunkstore"
 )
 
 // File data. A clean regular file's bytes are its committed content (inline
@@ -150,7 +152,8 @@ func (j *Journal) copyUp(n *inode, f File) error {
 		if err != nil {
 			return fmt.Errorf("%w: copy-up of inode %d: %v", ErrIO, n.Ino, err)
 		}
-		if _, err := r.WriteTo(&offsetWriter{f: f}); err != nil {
+		// The staging file is new: its holes stay holes.
+		if _, err := r.WriteDataTo(f); err != nil {
 			if errors.Is(err, syscall.ENOSPC) {
 				return j.dataErr("copy-up", n.Ino, err)
 			}
@@ -163,15 +166,33 @@ func (j *Journal) copyUp(n *inode, f File) error {
 	return nil
 }
 
-type offsetWriter struct {
-	f   File
-	off int64
-}
-
-func (w *offsetWriter) Write(p []byte) (int, error) {
-	n, err := w.f.WriteAt(p, w.off)
-	w.off += int64(n)
-	return n, err
+// dataRanges lists where staging file f holds data within its first size
+// bytes (SEEK_DATA/SEEK_HOLE), so that a snapshot stores holes as holes.
+// Bytes past the staging file's end read as zeros and are a hole. A file
+// system without SEEK_DATA reports the whole file as data.
+func dataRanges(f File, size uint64) ([]chunkstore.Range, error) {
+	var out []chunkstore.Range
+	for off := int64(0); off < int64(size); {
+		d, err := f.Seek(off, SeekData)
+		switch {
+		case errors.Is(err, syscall.ENXIO): // no data at or after off
+			return out, nil
+		case errors.Is(err, syscall.EINVAL) && off == 0:
+			return []chunkstore.Range{{Off: 0, Len: size}}, nil
+		case err != nil:
+			return nil, err
+		case d >= int64(size):
+			return out, nil
+		}
+		h, err := f.Seek(d, SeekHole)
+		if err != nil {
+			return nil, err
+		}
+		h = min(h, int64(size))
+		out = append(out, chunkstore.Range{Off: uint64(d), Len: uint64(h - d)})
+		off = h
+	}
+	return out, nil
 }
 
 // dataErr maps a staging-file error: a full disk is ErrNoSpace, anything
@@ -509,10 +530,58 @@ func (j *Journal) Lseek(ctx context.Context, ino Ino, off int64, whence int) (in
 	if off < 0 || uint64(off) >= n.Size {
 		return 0, fmt.Errorf("lseek to %d of %d bytes: %w", off, n.Size, ErrNoSeekData)
 	}
-	if whence == SeekData {
-		return off, nil
+	pos, ok, err := j.seekLocked(ctx, n, off, whence == SeekHole)
+	if err != nil {
+		return 0, err
 	}
-	return int64(n.Size), nil
+	if !ok {
+		return 0, fmt.Errorf("lseek: no data at or after %d of %d bytes: %w", off, n.Size, ErrNoSeekData)
+	}
+	return pos, nil
+}
+
+// seekLocked finds the first data (or hole) offset at or after off < Size:
+// in the staging file of a staged file, in the chunk list of a stored one.
+// The end of the file is a hole.
+func (j *Journal) seekLocked(ctx context.Context, n *inode, off int64, hole bool) (int64, bool, error) {
+	switch {
+	case n.Staged:
+		f, err := j.openStaged(n)
+		if err != nil {
+			return 0, false, err
+		}
+		whence := SeekData
+		if hole {
+			whence = SeekHole
+		}
+		pos, err := f.Seek(off, whence)
+		switch {
+		case errors.Is(err, syscall.ENXIO): // past the staging file's data: a hole to the end
+			if hole {
+				return off, true, nil
+			}
+			return 0, false, nil
+		case err != nil:
+			return 0, false, j.dataErr("seek", n.Ino, err)
+		case pos >= int64(n.Size): // the stale tail past Size is not the file's
+			if hole {
+				return int64(n.Size), true, nil
+			}
+			return 0, false, nil
+		}
+		return pos, true, nil
+	case n.Inline != nil:
+		if hole {
+			return int64(n.Size), true, nil
+		}
+		return off, true, nil
+	}
+	r, err := j.store.OpenFile(ctx, n.content())
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: seek in inode %d: %v", ErrIO, n.Ino, err)
+	}
+	pos, ok := r.Seek(uint64(off), hole)
+	return int64(pos), ok, nil
 }
 
 // Fsync makes ino's data and the journal's metadata durable.

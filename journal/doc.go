@@ -12,7 +12,10 @@
 // xattrs, the dirty set and the journal's state, all under an epoch prefix.
 // Data of changed files lives in staging files, one per inode, a sparse file
 // kept exactly as long as the file (copy-up on first change); unchanged
-// files are read from the store's chunks. Opening a workspace is O(1):
+// files are read from the store's chunks. Holes survive both ways: a
+// snapshot finds a staging file's holes with SEEK_DATA/SEEK_HOLE and stores
+// them as hole chunks (no blob), and a copy-up writes only data chunks, so a
+// sparse terabyte costs what its data costs. Opening a workspace is O(1):
 // directories of the base snapshot are loaded on first use (lazy.go).
 //
 // # Durability contract

@@ -289,3 +289,59 @@ func TestJournal_GrowAfterCommitCutsStaleTail(t *testing.T) {
 		t.Fatalf("snapshot holds bytes %q past the old end, want zeros", got[len(head):len(head)+16])
 	}
 }
+
+// A sparse file keeps its holes through snapshot, fork and copy-up: a
+// file of 1 TiB with a few KiB of data stores a few KiB, lseek finds its
+// data in the staging file and in the chunk list alike, and a fork reads
+// the same bytes.
+func TestJournal_SparseFileSnapshot(t *testing.T) {
+	e := newEnv(t)
+	j := e.open("ws", t.TempDir(), chunkstore.ID{})
+	a := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "sparse", 0o644))
+	const size = 1 << 40
+	const mid = 1 << 30
+	for _, off := range []int64{mid, size - 5} {
+		if _, err := j.Write(ctx, journal.Root, a.Ino, []byte("data!"), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkSeek := func(j *journal.Journal, ino journal.Ino, where string) {
+		t.Helper()
+		for _, c := range []struct {
+			off    int64
+			whence int
+			want   int64
+		}{{0, journal.SeekData, mid}, {0, journal.SeekHole, 0}, {mid, journal.SeekHole, mid + 4096}, {mid + 4096, journal.SeekData, size - 4096}} {
+			got, err := j.Lseek(ctx, ino, c.off, c.whence)
+			// Data is found at block (staging file) or chunk granularity.
+			if err != nil || got > c.want || c.whence == journal.SeekData && got < c.want-64<<10 || c.whence == journal.SeekHole && got < c.off {
+				t.Fatalf("%s: Lseek(%d, %d) = %d, %v; want about %d", where, c.off, c.whence, got, err, c.want)
+			}
+		}
+	}
+	checkSeek(j, a.Ino, "staged")
+	before := e.store.Stats()
+	id := must[chunkstore.ID](t)(j.Snapshot(ctx, journal.SnapshotOptions{}))
+	if grown := e.store.Stats().NewRawBytes - before.NewRawBytes; grown > 1<<20 {
+		t.Fatalf("a snapshot of a sparse 1 TiB file stored %d raw bytes", grown)
+	}
+	j2 := e.open("fork", t.TempDir(), id)
+	b := must[journal.Attr](t)(j2.Lookup(ctx, journal.RootIno, "sparse"))
+	if b.Size != size {
+		t.Fatalf("fork: size %d, want %d", b.Size, size)
+	}
+	checkSeek(j2, b.Ino, "stored")
+	buf := make([]byte, 9)
+	for _, off := range []int64{mid - 2, size - 7} {
+		if n, err := j2.Read(ctx, b.Ino, buf, off); err != nil || string(buf[:n]) != "\x00\x00data!\x00\x00"[:n] {
+			t.Fatalf("fork: read at %d: %q, %v", off, buf[:n], err)
+		}
+	}
+	// Copy-up of the clean sparse file writes only its data.
+	if _, err := j2.Write(ctx, journal.Root, b.Ino, []byte("X"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := j2.Read(ctx, b.Ino, buf, mid); err != nil || string(buf[:5]) != "data!" {
+		t.Fatalf("after copy-up: read %q, %v", buf[:n], err)
+	}
+}

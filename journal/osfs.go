@@ -21,6 +21,10 @@ type File interface {
 	Close() error
 	// PunchHole deallocates [off, off+n), which then reads as zeros.
 	PunchHole(off, n int64) error
+	// Seek is lseek(2); the journal uses it only with SEEK_DATA and
+	// SEEK_HOLE, to find a staging file's holes (it reads and writes at
+	// explicit offsets, so the file offset does not matter).
+	Seek(off int64, whence int) (int64, error)
 }
 
 // OSFS is the real filesystem.
