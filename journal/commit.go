@@ -153,6 +153,25 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	_ = wb.Flush()
 	clear(j.cache.marked)
 	clear(j.cache.dirty)
+	// Files open for passthrough writing stay dirty: the kernel may write
+	// them without telling the journal.
+	if len(j.writers) > 0 {
+		err := j.update(func(txn *badger.Txn) error {
+			for ino := range j.writers {
+				n, err := j.getInode(txn, ino)
+				if err != nil {
+					return err
+				}
+				if err := j.markDirty(txn, n); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return id, snap, fmt.Errorf("snapshot %s is done, but marking open files dirty failed: %w", id.Short(), err)
+		}
+	}
 	return id, snap, nil
 }
 

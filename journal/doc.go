@@ -50,9 +50,17 @@
 // Single-operation latency, not parallelism, is what an agent's tools feel;
 // the benchmarks measure it.
 //
+// # Open files
+//
+// Open and Release (handle.go) count open handles: a file unlinked while
+// open keeps its data until its last Release (and a crash deletes it at the
+// next Open). A handle may carry a backing file, the inode's staging file,
+// for FUSE passthrough; files open for writing through one are dirty while
+// open, and take their size and mtime from the staging file.
+//
 // # Not yet
 //
-// Files are staged whole on first change; staging only the touched ranges
-// of large files, and keeping an unlinked file's data while it is still
-// open, come with the FUSE layer.
+// Files are staged whole on first change (copy-up costs O(file) once):
+// passthrough needs one backing file holding every byte, so staging only
+// the touched ranges of a large file would cost it passthrough.
 package journal

@@ -60,10 +60,12 @@ type Journal struct {
 	ref     *chunkstore.Ref // the workspace's ref as last read or written; nil: none yet
 	files   map[Ino]File    // open staging files
 
-	loadedDirs map[Ino]struct{} // directories known to be loaded in this epoch
-	bg         sync.WaitGroup   // background cleanup (dropEpochLater)
-	cache      inodeCache       // decoded inode records of this epoch
-	trimmed    map[Ino]struct{} // staging files known to hold no bytes past Size
+	loadedDirs map[Ino]struct{}     // directories known to be loaded in this epoch
+	bg         sync.WaitGroup       // background cleanup (dropEpochLater)
+	cache      inodeCache           // decoded inode records of this epoch
+	trimmed    map[Ino]struct{}     // staging files known to hold no bytes past Size
+	opens      map[Ino]int          // open handles per inode (handle.go)
+	writers    map[Ino]*writerState // inodes open for passthrough writing
 }
 
 // meta is the journal's global state, kept under "m" keys.
@@ -127,7 +129,8 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal metadata in %s: %w", cfg.Dir, err)
 	}
-	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache(), trimmed: make(map[Ino]struct{})}
+	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache(), trimmed: make(map[Ino]struct{}),
+		opens: make(map[Ino]int), writers: make(map[Ino]*writerState)}
 	if err := j.open(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -213,6 +216,9 @@ func (j *Journal) open(ctx context.Context) error {
 	j.staging = filepath.Join(j.cfg.Dir, "staging", fmt.Sprint(j.m.Epoch))
 	if err := os.MkdirAll(j.staging, 0o700); err != nil {
 		return fmt.Errorf("create staging directory: %w", err)
+	}
+	if err := j.recoverHandles(); err != nil {
+		return err
 	}
 	return j.cleanup()
 }
@@ -324,6 +330,12 @@ func (j *Journal) lock() error {
 	if j.closed {
 		j.mu.Unlock()
 		return ErrClosed
+	}
+	if len(j.writers) > 0 {
+		if err := j.syncWriters(); err != nil {
+			j.mu.Unlock()
+			return err
+		}
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import "encoding/binary"
 //	"e" epoch(4) "p" ino(8) parent(8) name a name of a non-directory (for dirty propagation)
 //	"e" epoch(4) "x" ino(8) name           xattr value
 //	"e" epoch(4) "D" ino(8)                dirty marker: generation(8) when last changed
+//	"e" epoch(4) "O" ino(8)                orphan: unlinked while open (handle.go)
+//	"e" epoch(4) "W" ino(8)                open for passthrough writing (handle.go)
 //
 // Integers are big endian so keys sort numerically.
 
@@ -26,8 +28,10 @@ func inoKey(epoch uint32, kind byte, ino Ino) []byte {
 	return binary.BigEndian.AppendUint64(k, uint64(ino))
 }
 
-func inodeKey(epoch uint32, ino Ino) []byte { return inoKey(epoch, 'i', ino) }
-func dirtyKey(epoch uint32, ino Ino) []byte { return inoKey(epoch, 'D', ino) }
+func inodeKey(epoch uint32, ino Ino) []byte  { return inoKey(epoch, 'i', ino) }
+func dirtyKey(epoch uint32, ino Ino) []byte  { return inoKey(epoch, 'D', ino) }
+func orphanKey(epoch uint32, ino Ino) []byte { return inoKey(epoch, 'O', ino) }
+func writerKey(epoch uint32, ino Ino) []byte { return inoKey(epoch, 'W', ino) }
 
 func dentryPrefix(epoch uint32, parent Ino) []byte { return inoKey(epoch, 'd', parent) }
 

@@ -294,6 +294,9 @@ func (j *Journal) Link(ctx context.Context, c Caller, ino Ino, newParent Ino, ne
 		if n.Nlink >= LinkMax {
 			return fmt.Errorf("link to inode %d: %w", ino, ErrTooManyLinks)
 		}
+		if n.Nlink == 0 { // unlinked, still open
+			return fmt.Errorf("link to unlinked inode %d: %w", ino, ErrNotFound)
+		}
 		if _, _, exists, err := j.child(txn, newParent, newName); err != nil {
 			return err
 		} else if exists {
@@ -455,10 +458,19 @@ func (j *Journal) dropName(txn *badger.Txn, parent Ino, name string, n *inode, n
 	return j.markDirty(txn, n)
 }
 
-// deleteInode removes an inode with its xattrs. Its dirty marker stays:
-// a commit only visits inodes that have a name, and deletes the markers it
-// consumed.
+// deleteInode removes an inode that lost its last name, unless it is an
+// open file (handle.go: it becomes an orphan).
 func (j *Journal) deleteInode(txn *badger.Txn, n *inode, dropped *[]*inode) error {
+	if kept, err := j.orphan(txn, n); kept || err != nil {
+		return err
+	}
+	return j.reallyDeleteInode(txn, n, dropped)
+}
+
+// reallyDeleteInode removes an inode with its xattrs. Its dirty marker
+// stays: a commit only visits inodes that have a name, and deletes the
+// markers it consumed.
+func (j *Journal) reallyDeleteInode(txn *badger.Txn, n *inode, dropped *[]*inode) error {
 	if err := j.delInode(txn, n.Ino); err != nil {
 		return err
 	}

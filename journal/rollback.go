@@ -68,6 +68,8 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID) (chunkstore.ID
 	}
 	j.loadedDirs = make(map[Ino]struct{})
 	clear(j.trimmed)
+	clear(j.opens) // open handles belong to the old epoch (Release ignores them)
+	clear(j.writers)
 	j.staging = filepath.Join(j.cfg.Dir, "staging", strconv.FormatUint(uint64(j.m.Epoch), 10))
 	if err := os.MkdirAll(j.staging, 0o700); err != nil {
 		return discarded, j.dataErr("create staging directory", RootIno, err)

@@ -1,0 +1,303 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Open files. The FUSE layer opens a regular file through the journal and
+// gets a Handle, which may carry a backing file: the inode's staging file,
+// which the kernel then reads and writes directly (FUSE passthrough). Such
+// writes bypass the journal, so:
+//
+//   - a file opened for writing with a backing file is staged and dirty
+//     before Open returns, and stays dirty across snapshots while open;
+//   - while it is open, its size and mtime come from the staging file: every
+//     operation first brings the records of such files up to date
+//     (syncWriters), and so does Release;
+//   - a "writer" marker in Badger says so, so that after a crash Open adopts
+//     the staging file's size (what the kernel acknowledged is in it);
+//   - no backing file is given where the journal must see each write: to a
+//     file with setuid or setgid-with-group-exec (write clears them), or
+//     when a byte quota is set (each write is checked).
+//
+// A file unlinked while open keeps its inode (link count 0, marked an
+// orphan in Badger) and data until its last Release; Open deletes orphans a
+// crash left.
+
+// Handle is an open regular file.
+type Handle struct {
+	Ino     Ino
+	write   bool
+	epoch   uint32
+	backing *os.File
+}
+
+// Backing returns the file the kernel may read and write directly for this
+// handle (FUSE passthrough), or nil: reads and writes must go through Read
+// and Write. It stays open until Release.
+func (h *Handle) Backing() *os.File { return h.backing }
+
+// writerState is an inode open for writing through a backing file.
+type writerState struct {
+	handles int
+	size    int64 // staging file size and mtime last adopted
+	mtime   int64
+}
+
+// Open opens regular file ino. With write, the caller may write through the
+// handle. With backing, the caller wants a backing file for passthrough
+// (given when the rules above allow).
+func (j *Journal) Open(ctx context.Context, c Caller, ino Ino, write, backing bool) (*Handle, error) {
+	if err := j.lock(); err != nil {
+		return nil, err
+	}
+	defer j.mu.Unlock()
+	n, err := j.inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRegular(n, "open"); err != nil {
+		return nil, err
+	}
+	h := &Handle{Ino: ino, write: write, epoch: j.m.Epoch}
+	if backing && j.mayPassThrough(n, write) {
+		if h.backing, err = j.openBacking(n, write); err != nil {
+			return nil, err
+		}
+	}
+	j.opens[ino]++
+	return h, nil
+}
+
+// mayPassThrough reports whether n may be handed to the kernel.
+func (j *Journal) mayPassThrough(n *inode, write bool) bool {
+	if !write {
+		return n.Staged // a clean file is read from chunks, through Read
+	}
+	if n.Mode&ModeSetuid != 0 || n.Mode&ModeSetgid != 0 && n.Mode&0o010 != 0 {
+		return false
+	}
+	return j.cfg.MaxBytes == 0
+}
+
+// openBacking opens n's staging file for the kernel, staging n first for a
+// writer. The staging file is cut to Size first: the kernel reads it to its
+// end.
+func (j *Journal) openBacking(n *inode, write bool) (*os.File, error) {
+	var f File
+	var err error
+	if write {
+		f, err = j.prepareData(n)
+	} else {
+		f, err = j.openStaged(n)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, busy := j.writers[n.Ino]; !busy {
+		delete(j.trimmed, n.Ino) // a writer may have left it longer; trim checks
+		if err := j.trim(f, n); err != nil {
+			return nil, err
+		}
+	}
+	flag := os.O_RDONLY
+	if write {
+		flag = os.O_RDWR
+		if _, busy := j.writers[n.Ino]; !busy {
+			if err := j.update(func(txn *badger.Txn) error { return txn.Set(writerKey(j.m.Epoch, n.Ino), nil) }); err != nil {
+				return nil, err
+			}
+		}
+	}
+	bf, err := os.OpenFile(j.stagingPath(n.Ino), flag, 0)
+	if err != nil {
+		return nil, j.dataErr("open staging file for passthrough", n.Ino, err)
+	}
+	if write {
+		ws := j.writers[n.Ino]
+		if ws == nil {
+			fi, err := bf.Stat()
+			if err != nil {
+				bf.Close()
+				return nil, j.dataErr("stat staging file", n.Ino, err)
+			}
+			ws = &writerState{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+			j.writers[n.Ino] = ws
+		}
+		ws.handles++
+	}
+	return bf, nil
+}
+
+// Release closes a handle. The last release of an unlinked file deletes it.
+func (j *Journal) Release(ctx context.Context, h *Handle) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var errs []error
+	if h.backing != nil {
+		errs = append(errs, h.backing.Close())
+	}
+	if j.closed || h.epoch != j.m.Epoch {
+		return errors.Join(errs...) // a rollback dropped the handle's inode
+	}
+	if ws := j.writers[h.Ino]; ws != nil && h.write && h.backing != nil {
+		errs = append(errs, j.syncWriter(h.Ino, ws))
+		if ws.handles--; ws.handles == 0 {
+			delete(j.writers, h.Ino)
+			errs = append(errs, j.update(func(txn *badger.Txn) error { return txn.Delete(writerKey(j.m.Epoch, h.Ino)) }))
+		}
+	}
+	if j.opens[h.Ino]--; j.opens[h.Ino] <= 0 {
+		delete(j.opens, h.Ino)
+		errs = append(errs, j.dropOrphan(h.Ino))
+	}
+	return errors.Join(errs...)
+}
+
+// syncWriters brings the records of files open for passthrough writing up
+// to date with their staging files. Every operation calls it (lock).
+func (j *Journal) syncWriters() error {
+	for ino, ws := range j.writers {
+		if err := j.syncWriter(ino, ws); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncWriter adopts the staging file's size and mtime into ino's record if
+// the kernel changed them.
+func (j *Journal) syncWriter(ino Ino, ws *writerState) error {
+	fi, err := os.Stat(j.stagingPath(ino))
+	if err != nil {
+		return j.dataErr("stat staging file", ino, err)
+	}
+	size, mtime := fi.Size(), fi.ModTime().UnixNano()
+	if size == ws.size && mtime == ws.mtime {
+		return nil
+	}
+	n, err := j.inode(ino)
+	if err != nil {
+		return err
+	}
+	if err := j.adoptStaging(n, size, mtime != ws.mtime); err != nil {
+		return err
+	}
+	ws.size, ws.mtime = size, mtime
+	return nil
+}
+
+// adoptStaging records size (and, with touched, a new mtime and ctime) for
+// n, whose staging file the kernel wrote.
+func (j *Journal) adoptStaging(n *inode, size int64, touched bool) error {
+	j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + uint64(size)
+	n.Size = uint64(size)
+	if touched {
+		now := j.cfg.Clock()
+		n.Mtime, n.Ctime = now, now
+	}
+	j.trimmed[n.Ino] = struct{}{}
+	return j.update(func(txn *badger.Txn) error {
+		if err := j.putInode(txn, n); err != nil {
+			return err
+		}
+		return j.markDirty(txn, n)
+	})
+}
+
+// orphan keeps regular file n, whose last name is going, while it is open:
+// link count 0, an orphan marker, data kept. It reports false if n is not
+// open.
+func (j *Journal) orphan(txn *badger.Txn, n *inode) (bool, error) {
+	if n.Type != TypeRegular || j.opens[n.Ino] == 0 {
+		return false, nil
+	}
+	n.Nlink = 0
+	if err := j.putInode(txn, n); err != nil {
+		return true, err
+	}
+	return true, txn.Set(orphanKey(j.m.Epoch, n.Ino), nil)
+}
+
+// dropOrphan deletes ino if it is an orphan.
+func (j *Journal) dropOrphan(ino Ino) error {
+	n, err := j.inode(ino)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil || n.Nlink > 0 {
+		return err
+	}
+	var dropped []*inode
+	err = j.update(func(txn *badger.Txn) error {
+		if err := txn.Delete(orphanKey(j.m.Epoch, ino)); err != nil {
+			return err
+		}
+		return j.reallyDeleteInode(txn, n, &dropped)
+	})
+	if err != nil {
+		return fmt.Errorf("delete unlinked inode %d: %w", ino, err)
+	}
+	j.forget(dropped)
+	return nil
+}
+
+// recoverHandles finishes what open files left when the journal stopped:
+// orphans are deleted, and files open for passthrough writing take their
+// staging file's size. Called by Open, before cleanup.
+func (j *Journal) recoverHandles() error {
+	var orphans, writers []Ino
+	err := j.db.View(func(txn *badger.Txn) error {
+		for _, kind := range []byte{'O', 'W'} {
+			prefix := inoKey(j.m.Epoch, kind, 0)[:6]
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+			for it.Rewind(); it.Valid(); it.Next() {
+				k := it.Item().Key()
+				if len(k) != 14 {
+					continue
+				}
+				ino := Ino(uint64(k[6])<<56 | uint64(k[7])<<48 | uint64(k[8])<<40 | uint64(k[9])<<32 | uint64(k[10])<<24 | uint64(k[11])<<16 | uint64(k[12])<<8 | uint64(k[13]))
+				if kind == 'O' {
+					orphans = append(orphans, ino)
+				} else {
+					writers = append(writers, ino)
+				}
+			}
+			it.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: scan open files: %v", ErrIO, err)
+	}
+	for _, ino := range writers {
+		n, err := j.inode(ino)
+		if err == nil && n.Staged {
+			fi, serr := os.Stat(j.stagingPath(ino))
+			if serr == nil && uint64(fi.Size()) != n.Size {
+				err = j.adoptStaging(n, fi.Size(), true)
+			}
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if err := j.update(func(txn *badger.Txn) error { return txn.Delete(writerKey(j.m.Epoch, ino)) }); err != nil {
+			return err
+		}
+	}
+	for _, ino := range orphans {
+		if err := j.dropOrphan(ino); err != nil {
+			return err
+		}
+		// A marker whose inode is gone (or was relinked) is stale.
+		if err := j.update(func(txn *badger.Txn) error { return txn.Delete(orphanKey(j.m.Epoch, ino)) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package journal_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cairnfs/cairn/chunkstore"
+	"github.com/cairnfs/cairn/journal"
+)
+
+// A file unlinked while open keeps its data until its last Release, and a
+// crash with it open deletes it at the next Open.
+func TestHandle_UnlinkedWhileOpen(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	// Quotas make StatFs report the journal's own counters.
+	cfg := journal.Config{Dir: dir, Store: e.store, Workspace: "ws", Clock: e.clk.now, MaxInodes: 1000, MaxBytes: 1 << 20}
+	j, err := journal.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := must[journal.StatFs](t)(j.StatFs(ctx))
+	open := func(name string) (journal.Attr, *journal.Handle) {
+		a := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, name, 0o644))
+		if _, err := j.Write(ctx, journal.Root, a.Ino, []byte("still here"), 0); err != nil {
+			t.Fatal(err)
+		}
+		h := must[*journal.Handle](t)(j.Open(ctx, journal.Root, a.Ino, false, false))
+		if err := j.Unlink(ctx, journal.Root, journal.RootIno, name); err != nil {
+			t.Fatal(err)
+		}
+		return a, h
+	}
+	a, h := open("gone")
+	if got := readAll(t, j, a.Ino); string(got) != "still here" {
+		t.Fatalf("read after unlink: %q", got)
+	}
+	if at := must[journal.Attr](t)(j.GetAttr(ctx, a.Ino)); at.Nlink != 0 {
+		t.Fatalf("nlink after unlink = %d, want 0", at.Nlink)
+	}
+	if _, err := j.Link(ctx, journal.Root, a.Ino, journal.RootIno, "back"); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("link to an unlinked file: %v, want ErrNotFound", err)
+	}
+	if _, err := j.Lookup(ctx, journal.RootIno, "gone"); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("lookup after unlink: %v", err)
+	}
+	if err := j.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.GetAttr(ctx, a.Ino); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("after the last release: GetAttr = %v, want ErrNotFound", err)
+	}
+	if after := must[journal.StatFs](t)(j.StatFs(ctx)); after.Ffree != before.Ffree || after.Bfree != before.Bfree {
+		t.Fatalf("statfs after release: %+v, before: %+v", after, before)
+	}
+
+	// Killed with an unlinked file open: the next Open deletes it.
+	b, _ := open("crashed")
+	j.Close()
+	if j, err = journal.Open(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if _, err := j.GetAttr(ctx, b.Ino); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("orphan after reopen: GetAttr = %v, want ErrNotFound", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "staging", "*", fmtAny(b.Ino))); len(left) != 0 {
+		t.Fatalf("orphan's staging file left: %v", left)
+	}
+	if after := must[journal.StatFs](t)(j.StatFs(ctx)); after.Ffree != before.Ffree || after.Bfree != before.Bfree {
+		t.Fatalf("statfs after reopen: %+v, before: %+v", after, before)
+	}
+}
+
+// Writes through a backing file (what the kernel does with passthrough)
+// show in attributes, snapshots (also after a snapshot while still open)
+// and after a crash.
+func TestHandle_PassthroughWriter(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	j, err := journal.Open(ctx, journal.Config{Dir: dir, Store: e.store, Workspace: "ws", Clock: e.clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644))
+	if _, err := j.Write(ctx, journal.Root, a.Ino, []byte("0123456789"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Snapshot(ctx, journal.SnapshotOptions{}); err != nil { // f is clean now
+		t.Fatal(err)
+	}
+	h := must[*journal.Handle](t)(j.Open(ctx, journal.Root, a.Ino, true, true))
+	bf := h.Backing()
+	if bf == nil {
+		t.Fatal("no backing file for a plain writer")
+	}
+	write := func(p string, off int64) {
+		t.Helper()
+		if _, err := bf.WriteAt([]byte(p), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkSnap := func(want string) {
+		t.Helper()
+		id := must[chunkstore.ID](t)(j.Snapshot(ctx, journal.SnapshotOptions{}))
+		f := must[journal.Attr](t)(e.open("fork"+fmtAny(len(want)), t.TempDir(), id).Lookup(ctx, journal.RootIno, "f"))
+		if f.Size != uint64(len(want)) {
+			t.Fatalf("snapshot: size %d, want %d", f.Size, len(want))
+		}
+	}
+	write("abcdefghijklmnop", 5)
+	if at := must[journal.Attr](t)(j.GetAttr(ctx, a.Ino)); at.Size != 21 {
+		t.Fatalf("size after a passthrough write: %d, want 21", at.Size)
+	}
+	checkSnap("01234abcdefghijklmnop")
+	write("XYZ", 21) // after the snapshot, still open: still dirty
+	checkSnap("01234abcdefghijklmnopXYZ")
+
+	// Killed while open for writing after one more write: the next Open
+	// takes the staging file's size.
+	write("!", 24)
+	j.Close()
+	bf.Close()
+	j = e.open("ws", dir, chunkstore.ID{})
+	if got := readAll(t, j, a.Ino); string(got) != "01234abcdefghijklmnopXYZ!" {
+		t.Fatalf("after reopen: %q", got)
+	}
+
+	// setuid files and byte quotas get no backing file: the journal must
+	// see each write.
+	if _, err := j.SetAttr(ctx, journal.Root, a.Ino, journal.SetAttrIn{Valid: journal.SetMode, Mode: 0o4755}); err != nil {
+		t.Fatal(err)
+	}
+	h2 := must[*journal.Handle](t)(j.Open(ctx, journal.Root, a.Ino, true, true))
+	if h2.Backing() != nil {
+		t.Fatal("a setuid file got a backing file for writing")
+	}
+	if err := j.Release(ctx, h2); err != nil {
+		t.Fatal(err)
+	}
+	// Readers of a staged file get one, cut to the file's size.
+	h3 := must[*journal.Handle](t)(j.Open(ctx, journal.Root, a.Ino, false, true))
+	if h3.Backing() == nil {
+		t.Fatal("no backing file for a reader of a staged file")
+	}
+	got, err := readFile(h3.Backing())
+	if err != nil || !bytes.Equal(got, []byte("01234abcdefghijklmnopXYZ!")) {
+		t.Fatalf("backing file of a reader: %q, %v", got, err)
+	}
+	if err := j.Release(ctx, h3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(f *os.File) ([]byte, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, fi.Size())
+	_, err = f.ReadAt(b, 0)
+	return b, err
+}
