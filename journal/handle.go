@@ -23,7 +23,9 @@ import (
 //     the staging file's size (what the kernel acknowledged is in it);
 //   - no backing file is given where the journal must see each write: to a
 //     file with setuid or setgid-with-group-exec (write clears them), or
-//     when a byte quota is set (each write is checked).
+//     when a byte quota is set (each write is checked);
+//   - a reader of a clean file gets its content copied into a staging file
+//     first (the local cache), which does not make it dirty.
 //
 // A file unlinked while open keeps its inode (link count 0, marked an
 // orphan in Badger) and data until its last Release; Open deletes orphans a
@@ -77,7 +79,7 @@ func (j *Journal) Open(ctx context.Context, c Caller, ino Ino, write, backing bo
 // mayPassThrough reports whether n may be handed to the kernel.
 func (j *Journal) mayPassThrough(n *inode, write bool) bool {
 	if !write {
-		return n.Staged // a clean file is read from chunks, through Read
+		return true
 	}
 	if n.Mode&ModeSetuid != 0 || n.Mode&ModeSetgid != 0 && n.Mode&0o010 != 0 {
 		return false
@@ -91,9 +93,12 @@ func (j *Journal) mayPassThrough(n *inode, write bool) bool {
 func (j *Journal) openBacking(n *inode, write bool) (*os.File, error) {
 	var f File
 	var err error
-	if write {
+	switch {
+	case write:
 		f, err = j.prepareData(n)
-	} else {
+	case !n.Staged:
+		f, err = j.stageClean(n)
+	default:
 		f, err = j.openStaged(n)
 	}
 	if err != nil {
@@ -105,9 +110,10 @@ func (j *Journal) openBacking(n *inode, write bool) (*os.File, error) {
 			return nil, err
 		}
 	}
-	flag := os.O_RDONLY
+	// Always read-write: the kernel keeps one backing file per inode for
+	// every handle, readers' and writers'.
+	flag := os.O_RDWR
 	if write {
-		flag = os.O_RDWR
 		if _, busy := j.writers[n.Ino]; !busy {
 			if err := j.update(func(txn *badger.Txn) error { return txn.Set(writerKey(j.m.Epoch, n.Ino), nil) }); err != nil {
 				return nil, err
@@ -132,6 +138,22 @@ func (j *Journal) openBacking(n *inode, write bool) (*os.File, error) {
 		ws.handles++
 	}
 	return bf, nil
+}
+
+// stageClean copies a clean file's content into a staging file for a
+// reader (the local cache of its chunks, which the kernel reads directly)
+// without making it dirty: the staging file holds exactly the committed
+// content, as after a snapshot.
+func (j *Journal) stageClean(n *inode) (File, error) {
+	f, err := j.stage(n, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.update(func(txn *badger.Txn) error { return j.putInode(txn, n) }); err != nil {
+		return nil, err
+	}
+	j.trimmed[n.Ino] = struct{}{}
+	return f, nil
 }
 
 // Release closes a handle. The last release of an unlinked file deletes it.

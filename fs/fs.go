@@ -1,0 +1,684 @@
+package fs
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/cairnfs/cairn/journal"
+)
+
+// Options configure a served journal.
+type Options struct {
+	// Timeout is how long the kernel may cache entries, negative lookups
+	// and attributes. The daemon is the only writer, and invalidates what
+	// it changes by itself; default one hour.
+	Timeout time.Duration
+	// NoPassthrough disables FUSE passthrough (all I/O through the daemon).
+	NoPassthrough bool
+	// Logf receives messages for operators. Default: none.
+	Logf func(format string, args ...any)
+}
+
+// FS is a journal served over FUSE. Its methods are go-fuse's raw protocol
+// calls; NewServer mounts it.
+type FS struct {
+	fuse.RawFileSystem // ENOSYS for what is not here (locks: the kernel's own)
+
+	j       *journal.Journal
+	opts    Options
+	server  *fuse.Server
+	groups  groupCache
+	lookups sync.Map // journal.Ino -> *uint64: kernel lookup counts, for invalidation
+
+	mu          sync.Mutex
+	nextFh      uint64
+	files       map[uint64]*openFile
+	dirs        map[uint64][]journal.DirEntry
+	backing     map[journal.Ino]*backingRef
+	passthrough bool // false once registering a backing file failed
+}
+
+type openFile struct {
+	h       *journal.Handle
+	backing bool // registered as the inode's backing file
+}
+
+// backingRef is a backing file registered with the kernel for an inode
+// (one per inode, shared by its handles).
+type backingRef struct {
+	id   int32
+	refs int
+}
+
+// New returns j served over FUSE (not mounted yet: see Mount).
+func New(j *journal.Journal, opts Options) *FS {
+	if opts.Timeout == 0 {
+		opts.Timeout = time.Hour
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	return &FS{
+		RawFileSystem: fuse.NewDefaultRawFileSystem(),
+		j:             j,
+		opts:          opts,
+		files:         make(map[uint64]*openFile),
+		dirs:          make(map[uint64][]journal.DirEntry),
+		backing:       make(map[journal.Ino]*backingRef),
+		passthrough:   !opts.NoPassthrough,
+	}
+}
+
+// String implements fuse.RawFileSystem.
+func (f *FS) String() string { return "cairn" }
+
+// Init implements fuse.RawFileSystem.
+func (f *FS) Init(s *fuse.Server) { f.server = s }
+
+// ctx returns a context cancelled when the kernel interrupts the request.
+func ctx(cancel <-chan struct{}) (context.Context, func()) {
+	c, stop := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-cancel:
+			stop()
+		case <-c.Done():
+		}
+	}()
+	return c, stop
+}
+
+// bg is the context of requests that are not worth a goroutine to cancel.
+var bg = context.Background()
+
+// caller is the journal's view of the process making a request. The
+// supplementary groups (which FUSE does not send) are read from /proc only
+// by the operations whose semantics depend on them.
+func (f *FS) caller(h *fuse.InHeader, groups bool) journal.Caller {
+	c := journal.Caller{UID: h.Uid, GID: h.Gid}
+	if groups && c.UID != 0 {
+		c.Groups = f.groups.get(h.Pid)
+	}
+	return c
+}
+
+func ino(id uint64) journal.Ino { return journal.Ino(id) }
+
+func fillAttr(a journal.Attr, out *fuse.Attr) {
+	out.Ino = uint64(a.Ino)
+	out.Size = a.Size
+	out.Blocks = (a.Size + 511) / 512
+	out.Atime, out.Atimensec = split(a.Atime)
+	out.Mtime, out.Mtimensec = split(a.Mtime)
+	out.Ctime, out.Ctimensec = split(a.Ctime)
+	out.Mode = typeBits(a.Type) | a.Mode&journal.ModePerm
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Rdev = encodeDev(a.Rdev)
+	out.Blksize = 4096
+}
+
+func split(ns int64) (uint64, uint32) {
+	s, n := ns/1e9, ns%1e9
+	if n < 0 {
+		s, n = s-1, n+1e9
+	}
+	return uint64(s), uint32(n)
+}
+
+func join(s uint64, n uint32) int64 { return int64(s)*1e9 + int64(n) }
+
+// The kernel sends device numbers in its 32-bit encoding (new_encode_dev);
+// the journal keeps st_rdev's (what stat and tar see).
+func decodeDev(d uint32) uint64 {
+	return unix.Mkdev((d&0xfff00)>>8, d&0xff|(d>>12)&0xfff00)
+}
+
+func encodeDev(d uint64) uint32 {
+	major, minor := unix.Major(d), unix.Minor(d)
+	return minor&0xff | major&0xfff<<8 | (minor&^0xff)<<12
+}
+
+func typeBits(t journal.Type) uint32 {
+	switch t {
+	case journal.TypeDir:
+		return syscall.S_IFDIR
+	case journal.TypeSymlink:
+		return syscall.S_IFLNK
+	case journal.TypeFIFO:
+		return syscall.S_IFIFO
+	case journal.TypeSocket:
+		return syscall.S_IFSOCK
+	case journal.TypeCharDev:
+		return syscall.S_IFCHR
+	case journal.TypeBlockDev:
+		return syscall.S_IFBLK
+	}
+	return syscall.S_IFREG
+}
+
+func typeOf(mode uint32) (journal.Type, bool) {
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG, 0:
+		return journal.TypeRegular, true
+	case syscall.S_IFIFO:
+		return journal.TypeFIFO, true
+	case syscall.S_IFSOCK:
+		return journal.TypeSocket, true
+	case syscall.S_IFCHR:
+		return journal.TypeCharDev, true
+	case syscall.S_IFBLK:
+		return journal.TypeBlockDev, true
+	}
+	return 0, false
+}
+
+// entry fills a lookup reply and counts the kernel's reference.
+func (f *FS) entry(a journal.Attr, out *fuse.EntryOut) {
+	out.NodeId = uint64(a.Ino)
+	out.Generation = 0
+	fillAttr(a, &out.Attr)
+	out.SetEntryTimeout(f.opts.Timeout)
+	out.SetAttrTimeout(f.opts.Timeout)
+	n, _ := f.lookups.LoadOrStore(a.Ino, new(uint64))
+	f.mu.Lock()
+	*n.(*uint64)++
+	f.mu.Unlock()
+}
+
+// Lookup implements fuse.RawFileSystem. A missing name is cached by the
+// kernel as a negative entry.
+func (f *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	a, err := f.j.Lookup(bg, ino(h.NodeId), name)
+	if Errno(err) == syscall.ENOENT {
+		out.NodeId = 0
+		out.SetEntryTimeout(f.opts.Timeout)
+		return fuse.OK
+	}
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, out)
+	return fuse.OK
+}
+
+// Forget implements fuse.RawFileSystem.
+func (f *FS) Forget(nodeid, nlookup uint64) {
+	n, ok := f.lookups.Load(ino(nodeid))
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := n.(*uint64)
+	if *c <= nlookup {
+		f.lookups.Delete(ino(nodeid))
+	} else {
+		*c -= nlookup
+	}
+}
+
+// GetAttr implements fuse.RawFileSystem.
+func (f *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	a, err := f.j.GetAttr(bg, ino(in.NodeId))
+	if err != nil {
+		return status(err)
+	}
+	fillAttr(a, &out.Attr)
+	out.SetTimeout(f.opts.Timeout)
+	return fuse.OK
+}
+
+// SetAttr implements fuse.RawFileSystem.
+func (f *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	var s journal.SetAttrIn
+	v := in.Valid
+	if v&fuse.FATTR_MODE != 0 {
+		s.Valid |= journal.SetMode
+		s.Mode = in.Mode & journal.ModePerm
+	}
+	if v&fuse.FATTR_UID != 0 {
+		s.Valid |= journal.SetUID
+		s.UID = in.Uid
+	}
+	if v&fuse.FATTR_GID != 0 {
+		s.Valid |= journal.SetGID
+		s.GID = in.Gid
+	}
+	if v&fuse.FATTR_SIZE != 0 {
+		s.Valid |= journal.SetSize
+		s.Size = in.Size
+	}
+	switch {
+	case v&fuse.FATTR_ATIME_NOW != 0:
+		s.Valid |= journal.SetAtimeNow
+	case v&fuse.FATTR_ATIME != 0:
+		s.Valid |= journal.SetAtime
+		s.Atime = join(in.Atime, in.Atimensec)
+	}
+	switch {
+	case v&fuse.FATTR_MTIME_NOW != 0:
+		s.Valid |= journal.SetMtimeNow
+	case v&fuse.FATTR_MTIME != 0:
+		s.Valid |= journal.SetMtime
+		s.Mtime = join(in.Mtime, in.Mtimensec)
+	}
+	if v&fuse.FATTR_CTIME != 0 {
+		s.Valid |= journal.SetCtime
+		s.Ctime = join(in.Ctime, in.Ctimensec)
+	}
+	c, stop := ctx(cancel)
+	defer stop()
+	a, err := f.j.SetAttr(c, f.caller(&in.InHeader, s.Valid&(journal.SetMode|journal.SetUID|journal.SetGID) != 0), ino(in.NodeId), s)
+	if err != nil {
+		return status(err)
+	}
+	fillAttr(a, &out.Attr)
+	out.SetTimeout(f.opts.Timeout)
+	return fuse.OK
+}
+
+// Mknod implements fuse.RawFileSystem.
+func (f *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	t, ok := typeOf(in.Mode)
+	if !ok {
+		return fuse.EINVAL
+	}
+	a, err := f.j.Mknod(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, t, in.Mode&journal.ModePerm, decodeDev(in.Rdev))
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, out)
+	return fuse.OK
+}
+
+// Mkdir implements fuse.RawFileSystem.
+func (f *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	a, err := f.j.Mkdir(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, in.Mode&journal.ModePerm)
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, out)
+	return fuse.OK
+}
+
+// Unlink implements fuse.RawFileSystem.
+func (f *FS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return status(f.j.Unlink(bg, f.caller(h, false), ino(h.NodeId), name))
+}
+
+// Rmdir implements fuse.RawFileSystem.
+func (f *FS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return status(f.j.Rmdir(bg, f.caller(h, false), ino(h.NodeId), name))
+}
+
+// Rename implements fuse.RawFileSystem.
+func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	const known = uint32(journal.RenameNoReplace | journal.RenameExchange)
+	if in.Flags&^known != 0 {
+		return fuse.EINVAL // RENAME_WHITEOUT: overlayfs only
+	}
+	return status(f.j.Rename(bg, f.caller(&in.InHeader, false), ino(in.NodeId), oldName, ino(in.Newdir), newName, journal.RenameFlags(in.Flags)))
+}
+
+// Link implements fuse.RawFileSystem.
+func (f *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	a, err := f.j.Link(bg, f.caller(&in.InHeader, false), ino(in.Oldnodeid), ino(in.NodeId), name)
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, out)
+	return fuse.OK
+}
+
+// Symlink implements fuse.RawFileSystem.
+func (f *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	a, err := f.j.Symlink(bg, f.caller(h, true), ino(h.NodeId), name, target)
+	if err != nil {
+		return status(err)
+	}
+	f.entry(a, out)
+	return fuse.OK
+}
+
+// Readlink implements fuse.RawFileSystem.
+func (f *FS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	t, err := f.j.Readlink(bg, ino(h.NodeId))
+	if err != nil {
+		return nil, status(err)
+	}
+	return []byte(t), fuse.OK
+}
+
+// GetXAttr implements fuse.RawFileSystem.
+func (f *FS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string, dest []byte) (uint32, fuse.Status) {
+	v, err := f.j.GetXattr(bg, ino(h.NodeId), name)
+	if err != nil {
+		return 0, status(err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), fuse.ERANGE
+	}
+	return uint32(copy(dest, v)), fuse.OK
+}
+
+// ListXAttr implements fuse.RawFileSystem.
+func (f *FS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	names, err := f.j.ListXattr(bg, ino(h.NodeId))
+	if err != nil {
+		return 0, status(err)
+	}
+	var b []byte
+	for _, n := range names {
+		b = append(append(b, n...), 0)
+	}
+	if len(dest) < len(b) {
+		return uint32(len(b)), fuse.ERANGE
+	}
+	return uint32(copy(dest, b)), fuse.OK
+}
+
+// SetXAttr implements fuse.RawFileSystem.
+func (f *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, name string, data []byte) fuse.Status {
+	return status(f.j.SetXattr(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, data, journal.XattrFlags(in.Flags)))
+}
+
+// RemoveXAttr implements fuse.RawFileSystem.
+func (f *FS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return status(f.j.RemoveXattr(bg, f.caller(h, true), ino(h.NodeId), name))
+}
+
+// Create implements fuse.RawFileSystem.
+func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	a, err := f.j.Create(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, in.Mode&journal.ModePerm)
+	if err != nil {
+		return status(err)
+	}
+	if st := f.open(a.Ino, in.Flags, &out.OpenOut); st != fuse.OK {
+		// The file exists; the kernel will see it on its next lookup.
+		return st
+	}
+	f.entry(a, &out.EntryOut)
+	return fuse.OK
+}
+
+// Open implements fuse.RawFileSystem.
+func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	return f.open(ino(in.NodeId), in.Flags, out)
+}
+
+func (f *FS) open(n journal.Ino, flags uint32, out *fuse.OpenOut) fuse.Status {
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	f.mu.Lock()
+	want := f.passthrough
+	f.mu.Unlock()
+	h, err := f.j.Open(bg, journal.Root, n, write, want)
+	if err != nil {
+		return status(err)
+	}
+	of := &openFile{h: h}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if bf := h.Backing(); bf != nil && f.passthrough {
+		ref := f.backing[n]
+		if ref == nil {
+			id, errno := f.server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(bf.Fd())})
+			if errno != 0 {
+				f.passthrough = false
+				f.opts.Logf("cairn: FUSE passthrough is not available (%v); all I/O goes through the daemon", errno)
+			} else {
+				ref = &backingRef{id: id}
+				f.backing[n] = ref
+			}
+		}
+		if ref != nil {
+			ref.refs++
+			of.backing = true
+			out.BackingID = ref.id
+			out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
+		}
+	}
+	if !of.backing {
+		if f.passthrough || f.backing[n] != nil {
+			// The kernel refuses cached I/O on an inode that others
+			// access by passthrough: go around the page cache.
+			out.OpenFlags |= fuse.FOPEN_DIRECT_IO
+		} else {
+			out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
+		}
+	}
+	f.nextFh++
+	out.Fh = f.nextFh
+	f.files[out.Fh] = of
+	return fuse.OK
+}
+
+func (f *FS) file(fh uint64) *openFile {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.files[fh]
+}
+
+// Release implements fuse.RawFileSystem.
+func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	f.mu.Lock()
+	of := f.files[in.Fh]
+	delete(f.files, in.Fh)
+	if of != nil && of.backing {
+		if ref := f.backing[of.h.Ino]; ref != nil {
+			if ref.refs--; ref.refs == 0 {
+				delete(f.backing, of.h.Ino)
+				if errno := f.server.UnregisterBackingFd(ref.id); errno != 0 {
+					f.opts.Logf("cairn: release backing file of inode %d: %v", of.h.Ino, errno)
+				}
+			}
+		}
+	}
+	f.mu.Unlock()
+	if of != nil {
+		if err := f.j.Release(bg, of.h); err != nil {
+			f.opts.Logf("cairn: release inode %d: %v", of.h.Ino, err)
+		}
+	}
+}
+
+// Read implements fuse.RawFileSystem (files without passthrough).
+func (f *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	c, stop := ctx(cancel)
+	defer stop()
+	n, err := f.j.Read(c, ino(in.NodeId), buf[:min(len(buf), int(in.Size))], int64(in.Offset))
+	if err != nil {
+		return nil, status(err)
+	}
+	return fuse.ReadResultData(buf[:n]), fuse.OK
+}
+
+// Write implements fuse.RawFileSystem (files without passthrough).
+func (f *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	n, err := f.j.Write(bg, f.caller(&in.InHeader, true), ino(in.NodeId), data, int64(in.Offset))
+	if err != nil && n == 0 {
+		return 0, status(err)
+	}
+	return uint32(n), fuse.OK
+}
+
+// Lseek implements fuse.RawFileSystem: SEEK_DATA and SEEK_HOLE (the
+// kernel does the others).
+func (f *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	off, err := f.j.Lseek(bg, ino(in.NodeId), int64(in.Offset), int(in.Whence))
+	if err != nil {
+		return status(err)
+	}
+	out.Offset = uint64(off)
+	return fuse.OK
+}
+
+// Flush implements fuse.RawFileSystem: writes are in the journal already.
+func (f *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status { return fuse.OK }
+
+// Fsync implements fuse.RawFileSystem.
+func (f *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	return status(f.j.Fsync(bg, ino(in.NodeId), in.FsyncFlags&1 != 0))
+}
+
+// FsyncDir implements fuse.RawFileSystem.
+func (f *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	return status(f.j.Fsync(bg, ino(in.NodeId), false))
+}
+
+// Fallocate implements fuse.RawFileSystem.
+func (f *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	return status(f.j.Fallocate(bg, f.caller(&in.InHeader, true), ino(in.NodeId), journal.FallocMode(in.Mode), int64(in.Offset), int64(in.Length)))
+}
+
+// CopyFileRange implements fuse.RawFileSystem.
+func (f *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	if in.Flags != 0 {
+		return 0, fuse.EINVAL
+	}
+	n, err := f.j.CopyFileRange(bg, f.caller(&in.InHeader, true), ino(in.NodeId), int64(in.OffIn), ino(in.NodeIdOut), int64(in.OffOut), int64(min(in.Len, 1<<30)))
+	if err != nil && n == 0 {
+		return 0, status(err)
+	}
+	return uint32(n), fuse.OK
+}
+
+// StatFs implements fuse.RawFileSystem.
+func (f *FS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	s, err := f.j.StatFs(bg)
+	if err != nil {
+		return status(err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Bfree, s.Bavail
+	out.Files, out.Ffree = s.Files, s.Ffree
+	out.Bsize, out.Frsize, out.NameLen = s.Bsize, s.Bsize, s.NameLen
+	return fuse.OK
+}
+
+// OpenDir implements fuse.RawFileSystem. The listing is read once, at
+// open, so that offsets stay stable while it is read.
+func (f *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	ents, err := f.j.ReadDir(bg, ino(in.NodeId))
+	if err != nil {
+		return status(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextFh++
+	out.Fh = f.nextFh
+	out.OpenFlags |= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	f.dirs[out.Fh] = ents
+	return fuse.OK
+}
+
+// ReleaseDir implements fuse.RawFileSystem.
+func (f *FS) ReleaseDir(in *fuse.ReleaseIn) {
+	f.mu.Lock()
+	delete(f.dirs, in.Fh)
+	f.mu.Unlock()
+}
+
+// ReadDir implements fuse.RawFileSystem.
+func (f *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return f.readDir(in, out, false)
+}
+
+// ReadDirPlus implements fuse.RawFileSystem: entries with attributes, so
+// that `ls -l` costs no lookups.
+func (f *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return f.readDir(in, out, true)
+}
+
+func (f *FS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	f.mu.Lock()
+	ents, ok := f.dirs[in.Fh]
+	f.mu.Unlock()
+	if !ok {
+		return fuse.EBADF
+	}
+	// Offsets: 0 and 1 are "." and "..", 2+i is ents[i].
+	for off := in.Offset; off < uint64(len(ents))+2; off++ {
+		e := fuse.DirEntry{Off: off + 1}
+		switch off {
+		case 0:
+			e.Name, e.Mode, e.Ino = ".", syscall.S_IFDIR, in.NodeId
+		case 1:
+			e.Name, e.Mode = "..", syscall.S_IFDIR
+		default:
+			d := ents[off-2]
+			e.Name, e.Mode, e.Ino = d.Name, typeBits(d.Type), uint64(d.Ino)
+		}
+		if !plus {
+			if !out.AddDirEntry(e) {
+				break
+			}
+			continue
+		}
+		eo := out.AddDirLookupEntry(e)
+		if eo == nil {
+			break
+		}
+		if off < 2 {
+			continue // the kernel does not look up "." and ".."
+		}
+		a, err := f.j.Lookup(bg, ino(in.NodeId), e.Name)
+		if err != nil {
+			*eo = fuse.EntryOut{} // gone since the listing was read: no entry
+			continue
+		}
+		f.entry(a, eo)
+	}
+	return fuse.OK
+}
+
+// groupCache caches the supplementary groups of processes for a second.
+type groupCache struct {
+	mu sync.Mutex
+	at time.Time
+	m  map[uint32][]uint32
+}
+
+func (g *groupCache) get(pid uint32) []uint32 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if time.Since(g.at) > time.Second || g.m == nil {
+		g.m, g.at = make(map[uint32][]uint32), time.Now()
+	}
+	if gs, ok := g.m[pid]; ok {
+		return gs
+	}
+	gs := readGroups(pid)
+	g.m[pid] = gs
+	return gs
+}
+
+// readGroups reads a process's supplementary groups from /proc (nil if it
+// is gone: the journal then knows only its primary group).
+func readGroups(pid uint32) []uint32 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "Groups:")
+		if !ok {
+			continue
+		}
+		var gs []uint32
+		for _, f := range strings.Fields(rest) {
+			if g, err := strconv.ParseUint(f, 10, 32); err == nil {
+				gs = append(gs, uint32(g))
+			}
+		}
+		return gs
+	}
+	return nil
+}

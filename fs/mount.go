@@ -1,0 +1,89 @@
+package fs
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/cairnfs/cairn/journal"
+)
+
+// TypeName is the mount's type as /proc/mounts shows it: "fuse.cairn".
+const TypeName = "cairn"
+
+// Mount mounts f at dir and serves it until the mount goes away (Unmount,
+// or `umount`). It returns once the kernel has the mount.
+//
+// The options, each for speed or for sandboxes:
+//   - direct mount(2) as root (no fusermount), type fuse.cairn;
+//   - default_permissions: the kernel checks permissions against the
+//     attributes, as on any local filesystem; allow_other: sandboxed
+//     processes run as other uids;
+//   - MaxWrite 1 MiB (fewer, larger requests when passthrough is off);
+//   - passthrough (go-fuse negotiates it; Open hands over backing files);
+//   - HANDLE_KILLPRIV_V2: the journal clears setuid/setgid on write,
+//     truncate and chown itself, so the kernel sends no GETXATTR of
+//     security.capability before every write;
+//   - READDIRPLUS, symlink caching, and (in the replies) long entry,
+//     negative-entry and attribute timeouts.
+func Mount(dir string, f *FS, fsName string) (*fuse.Server, error) {
+	opts := &fuse.MountOptions{
+		AllowOther:           true,
+		Options:              []string{"default_permissions"},
+		MaxWrite:             1 << 20,
+		MaxBackground:        64,
+		FsName:               fsName,
+		Name:                 TypeName,
+		DirectMount:          true,
+		DirectMountStrict:    true,
+		EnableSymlinkCaching: true,
+		ExtraCapabilities:    fuse.CAP_HANDLE_KILLPRIV_V2,
+		Logger:               nil,
+	}
+	srv, err := fuse.NewServer(f, dir, opts)
+	if err != nil {
+		if errno, ok := err.(syscall.Errno); ok && errno == syscall.EPERM {
+			return nil, fmt.Errorf("mount %s: %w (cairn mounts with mount(2) and needs root or CAP_SYS_ADMIN)", dir, err)
+		}
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		_ = srv.Unmount()
+		return nil, fmt.Errorf("mount %s: the kernel did not answer: %w", dir, err)
+	}
+	return srv, nil
+}
+
+// Invalidator returns the journal.Invalidator of f: it drops what the
+// kernel cached of what the journal changed by itself.
+func (f *FS) Invalidator() journal.Invalidator { return invalidator{f} }
+
+type invalidator struct{ f *FS }
+
+func (i invalidator) InvalidateEntry(parent journal.Ino, name string) {
+	if s := i.f.server; s != nil {
+		s.EntryNotify(uint64(parent), name)
+	}
+}
+
+func (i invalidator) InvalidateInode(ino journal.Ino) {
+	if s := i.f.server; s != nil {
+		s.InodeNotify(uint64(ino), 0, -1)
+	}
+}
+
+// InvalidateAll drops the attributes, pages and entries of every inode the
+// kernel knows.
+func (i invalidator) InvalidateAll() {
+	s := i.f.server
+	if s == nil {
+		return
+	}
+	i.f.lookups.Range(func(k, _ any) bool {
+		s.InodeNotify(uint64(k.(journal.Ino)), 0, -1)
+		return true
+	})
+	s.InodeNotify(uint64(journal.RootIno), 0, -1)
+}
