@@ -461,12 +461,6 @@ func (f *FS) open(n journal.Ino, flags uint32, out *fuse.OpenOut) fuse.Status {
 	return fuse.OK
 }
 
-func (f *FS) file(fh uint64) *openFile {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.files[fh]
-}
-
 // Release implements fuse.RawFileSystem.
 func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	f.mu.Lock()
@@ -681,4 +675,12 @@ func readGroups(pid uint32) []uint32 {
 		return gs
 	}
 	return nil
+}
+
+// Passthrough reports whether FUSE passthrough is in use (false if it was
+// turned off, or registering a backing file failed).
+func (f *FS) Passthrough() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.passthrough
 }

@@ -175,3 +175,16 @@ type Invalidator interface {
 	// whole tree changed (rollback).
 	InvalidateAll()
 }
+
+// Status is a journal's state for operators (`cairn status`).
+type Status struct {
+	Workspace   string
+	Base        chunkstore.ID // the snapshot the live state derives from (zero: none)
+	Seq         uint64        // its sequence number
+	DirtyInodes int           // inodes changed since Base
+	DirtyBytes  uint64        // bytes of the changed regular files
+	Files       uint64        // regular files
+	Bytes       uint64        // their total size
+	Inodes      uint64        // all inodes, the root included
+	OpenFiles   int           // open handles' inodes
+}

@@ -339,3 +339,29 @@ func (j *Journal) lock() error {
 	}
 	return nil
 }
+
+// Status returns the journal's state. O(dirty).
+func (j *Journal) Status(ctx context.Context) (Status, error) {
+	if err := j.lock(); err != nil {
+		return Status{}, err
+	}
+	defer j.mu.Unlock()
+	s := Status{Workspace: j.cfg.Workspace, Base: j.m.Base, Seq: j.m.Seq, DirtyInodes: len(j.cache.dirty),
+		Files: j.m.Files, Bytes: j.m.Bytes, Inodes: j.m.inodes(), OpenFiles: len(j.opens)}
+	err := j.db.View(func(txn *badger.Txn) error {
+		for ino := range j.cache.dirty {
+			n, err := j.getInode(txn, ino)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if n.Type == TypeRegular {
+				s.DirtyBytes += n.Size
+			}
+		}
+		return nil
+	})
+	return s, err
+}

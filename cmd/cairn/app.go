@@ -6,11 +6,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/cairnfs/cairn/chunkstore"
+	"github.com/cairnfs/cairn/daemon"
 )
+
+func absolute(p string) (string, error) { return filepath.Abs(p) }
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -32,7 +36,7 @@ func newApp() *cli.App {
 				EnvVars: []string{"CAIRN_STORE"},
 			},
 		},
-		Commands:        []*cli.Command{newInitCommand()},
+		Commands:        []*cli.Command{newInitCommand(), newMountCommand(), newUnmountCommand(), newSnapshotCommand(), newStatusCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // exit codes are decided in exitCode
 		OnUsageError:    onUsageError,
@@ -109,6 +113,10 @@ func exitCode(w io.Writer, err error) int {
 	switch {
 	case errors.As(err, &u), errors.Is(err, chunkstore.ErrInvalid):
 		return exitUsage
+	case errors.Is(err, daemon.ErrNotMounted):
+		return exitNotFound
+	case errors.Is(err, daemon.ErrBusy):
+		return exitConflict
 	case errors.Is(err, chunkstore.ErrCorrupt):
 		return exitCorrupt
 	case errors.Is(err, chunkstore.ErrNotFound):
@@ -117,4 +125,68 @@ func exitCode(w io.Writer, err error) int {
 		return exitConflict
 	}
 	return exitError
+}
+
+// interspersed lets flags follow a verb's arguments (`cairn snapshot ws -m
+// msg`), which urfave/cli v2 does not: it moves each verb's flags (with
+// their values) in front of its arguments. "--" ends flags as usual.
+func interspersed(app *cli.App, args []string) []string {
+	out := append([]string(nil), args[:1]...)
+	i := 1
+	// Global flags, up to the verb.
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "--" {
+		out = append(out, args[i])
+		if takesValue(app.Flags, args[i]) && i+1 < len(args) {
+			out = append(out, args[i+1])
+			i++
+		}
+		i++
+	}
+	if i >= len(args) {
+		return out
+	}
+	cmd := app.Command(args[i])
+	out = append(out, args[i])
+	i++
+	if cmd == nil {
+		return append(out, args[i:]...)
+	}
+	var flags, pos []string
+	for ; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i:]...)
+			break
+		}
+		if strings.HasPrefix(a, "-") && a != "-" {
+			flags = append(flags, a)
+			if takesValue(cmd.Flags, a) && i+1 < len(args) {
+				flags = append(flags, args[i+1])
+				i++
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	return append(append(out, flags...), pos...)
+}
+
+// takesValue reports whether arg names a flag that takes a separate value.
+func takesValue(flags []cli.Flag, arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n != name {
+				continue
+			}
+			if bf, ok := f.(*cli.BoolFlag); ok && bf != nil {
+				return false
+			}
+			return true
+		}
+	}
+	return false
 }

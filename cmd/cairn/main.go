@@ -11,7 +11,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp().RunContext(ctx, os.Args)
+	app := newApp()
+	err := app.RunContext(ctx, interspersed(app, os.Args))
 	stop()
 	os.Exit(exitCode(os.Stderr, err))
 }

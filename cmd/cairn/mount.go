@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/cairnfs/cairn/daemon"
+)
+
+// readyFDEnv names the file descriptor a detached daemon reports on: "ok",
+// or "error KIND MESSAGE".
+const readyFDEnv = "CAIRN_READY_FD"
+
+type mountOptions struct {
+	globals
+	Workspace, Dir, From string
+	Foreground           bool
+	NoPassthrough        bool
+}
+
+func newMountCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "mount",
+		Usage:     "mount a workspace (created if new) and serve it",
+		ArgsUsage: "WORKSPACE DIR",
+		Description: `Mounts WORKSPACE at DIR with FUSE and returns once the mount serves. A
+workspace that does not exist yet is created: empty, or from --from SNAP (a
+workspace name for its head, WORKSPACE@N, or a snapshot ID prefix). A
+workspace that was mounted before on this machine continues from its
+journal, including every write since its last snapshot, even if its daemon
+was killed.
+
+The daemon runs detached and logs to HOME/workspaces/WORKSPACE/daemon.log;
+--foreground keeps it in the foreground (for service managers and
+containers). It stops on ` + "`cairn unmount`" + ` or SIGTERM, flushing first.
+
+Examples:
+   cairn mount agent-1 /workspace
+   cairn mount --from agent-1@3 agent-1-retry /mnt/retry
+   cairn mount --foreground agent-1 /workspace`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "from", Usage: "start a new workspace from snapshot `SNAP`"},
+			&cli.BoolFlag{Name: "foreground", Usage: "serve in the foreground until SIGTERM or unmount"},
+			&cli.BoolFlag{Name: "no-passthrough", Usage: "send all reads and writes through the daemon (no FUSE passthrough)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 2 {
+				return usageError{errors.New("mount takes WORKSPACE DIR")}
+			}
+			g, err := globalsFrom(c)
+			if err != nil {
+				return err
+			}
+			return runMount(c.Context, mountOptions{globals: g, Workspace: c.Args().Get(0), Dir: c.Args().Get(1),
+				From: c.String("from"), Foreground: c.Bool("foreground"), NoPassthrough: c.Bool("no-passthrough")})
+		},
+	}
+}
+
+func runMount(ctx context.Context, opts mountOptions) error {
+	if opts.Foreground {
+		return serveForeground(ctx, opts)
+	}
+	p := daemon.PathsOf(opts.Home, opts.Workspace)
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return fmt.Errorf("state directory %s: %w", p.Dir, err)
+	}
+	logFile, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	args := []string{"--home", opts.Home, "--store", opts.Store, "mount", "--foreground"}
+	if opts.From != "" {
+		args = append(args, "--from", opts.From)
+	}
+	if opts.NoPassthrough {
+		args = append(args, "--no-passthrough")
+	}
+	args = append(args, "--", opts.Workspace, opts.Dir)
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), readyFDEnv+"=3")
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("start the daemon: %w", err)
+	}
+	w.Close()
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	line = strings.TrimSuffix(line, "\n")
+	if line == "ok" {
+		fmt.Printf("mounted %s at %s (daemon pid %d, log %s)\n", opts.Workspace, opts.Dir, cmd.Process.Pid, p.Log)
+		return cmd.Process.Release()
+	}
+	cmd.Wait()
+	if kind, msg, ok := strings.Cut(strings.TrimPrefix(line, "error "), " "); ok && strings.HasPrefix(line, "error ") {
+		return daemon.ErrorOf(kind, msg)
+	}
+	return fmt.Errorf("the daemon exited before the mount served; see %s", p.Log)
+}
+
+// serveForeground runs the daemon in this process.
+func serveForeground(ctx context.Context, opts mountOptions) error {
+	logger := log.New(os.Stderr, "", log.LstdFlags)
+	ready := func(err error) {
+		if err == nil {
+			logger.Printf("cairn: %s mounted at %s", opts.Workspace, opts.Dir)
+		}
+	}
+	if fd, ok := os.LookupEnv(readyFDEnv); ok {
+		os.Unsetenv(readyFDEnv)
+		n, _ := strconv.Atoi(fd)
+		pipe := os.NewFile(uintptr(n), "ready")
+		ready = func(err error) {
+			defer pipe.Close()
+			if err != nil {
+				fmt.Fprintf(pipe, "error %s %s\n", daemon.KindOf(err), oneLine(err))
+				return
+			}
+			io.WriteString(pipe, "ok\n")
+		}
+	}
+	host, _ := os.Hostname()
+	return daemon.Run(ctx, daemon.Config{
+		Home: opts.Home, Store: opts.Store, Workspace: opts.Workspace, Dir: opts.Dir, From: opts.From,
+		Host: host, Version: version, NoPassthrough: opts.NoPassthrough, Logf: logger.Printf,
+	}, ready)
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/cairnfs/cairn/daemon"
+)
+
+func newStatusCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "status",
+		Usage:     "show mounted workspaces: dirty bytes, last snapshot, local disk use",
+		ArgsUsage: "[WORKSPACE]",
+		Description: `Lists the workspaces mounted from this state directory (or just WORKSPACE):
+where, by which daemon, what changed since the last snapshot, and the local
+disk the journal and the store's cache take. A mount whose daemon is gone is
+listed as stale.
+
+Examples:
+   cairn status
+   cairn status --json agent-1`,
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 1 {
+				return usageError{errors.New("status takes at most one WORKSPACE")}
+			}
+			g, err := globalsFrom(c)
+			if err != nil {
+				return err
+			}
+			return runStatus(c.Context, os.Stdout, g, c.Args().First(), c.Bool("json"))
+		},
+	}
+}
+
+// mountStatus is one line of `cairn status`.
+type mountStatus struct {
+	*daemon.StatusReply
+	State string `json:"state"` // "mounted" or "stale"
+	Error string `json:"error,omitempty"`
+}
+
+func runStatus(ctx context.Context, w io.Writer, g globals, ws string, asJSON bool) error {
+	var recs []*daemon.Record
+	if ws != "" {
+		r, err := daemon.ReadRecord(g.Home, ws)
+		if err != nil {
+			return err
+		}
+		recs = []*daemon.Record{r}
+	} else {
+		var err error
+		if recs, err = daemon.Records(g.Home); err != nil {
+			return err
+		}
+	}
+	out := []mountStatus{}
+	for _, r := range recs {
+		s := mountStatus{State: "mounted"}
+		if r.Alive() {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			s.StatusReply, s.Error = must(daemon.NewClient(r.Socket).Status(cctx))
+			cancel()
+		} else {
+			s.State, s.Error = "stale", fmt.Sprintf("daemon pid %d is gone; `cairn unmount %s` cleans up", r.PID, r.Workspace)
+		}
+		if s.StatusReply == nil {
+			s.StatusReply = &daemon.StatusReply{Workspace: r.Workspace, Dir: r.Dir, PID: r.PID, Store: r.Store, Started: r.Started}
+		}
+		out = append(out, s)
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(w, "no workspaces mounted from", g.Home)
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKSPACE\tDIR\tSTATE\tHEAD\tDIRTY\tFILES\tLAST SNAPSHOT\tLOCAL DISK")
+	for _, s := range out {
+		head, last := "-", "-"
+		if s.Head != "" {
+			head = fmt.Sprintf("%s (@%d)", s.Head[:12], s.Seq)
+			last = s.SnapshotTime.Local().Format(time.DateTime)
+		}
+		state := s.State
+		if s.Error != "" {
+			state += ": " + s.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d inodes, %s\t%d (%s)\t%s\t%s journal, %s cache\n", s.Workspace, s.Dir, state, head,
+			s.DirtyInodes, bytesString(s.DirtyBytes), s.Files, bytesString(s.Bytes), last, bytesString(uint64(s.JournalBytes)), bytesString(uint64(s.CacheBytes)))
+	}
+	return tw.Flush()
+}
+
+func must[T any](v T, err error) (T, string) {
+	if err != nil {
+		return v, err.Error()
+	}
+	return v, ""
+}
+
+func bytesString(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

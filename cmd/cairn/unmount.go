@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/cairnfs/cairn/daemon"
+)
+
+func newUnmountCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "unmount",
+		Aliases:   []string{"umount"},
+		Usage:     "flush a mounted workspace and stop its daemon",
+		ArgsUsage: "DIR|WORKSPACE",
+		Description: `Asks the daemon serving DIR (or WORKSPACE) to flush, unmount and exit, and
+waits until it has. A mount whose daemon is gone (killed) is cleaned up:
+unmounted and its record removed; its journal stays, and the next mount
+continues from it.
+
+Examples:
+   cairn unmount /workspace
+   cairn unmount agent-1`,
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError{errors.New("unmount takes DIR or WORKSPACE")}
+			}
+			g, err := globalsFrom(c)
+			if err != nil {
+				return err
+			}
+			return runUnmount(c.Context, g, c.Args().First())
+		},
+	}
+}
+
+func runUnmount(ctx context.Context, g globals, what string) error {
+	r, err := daemon.FindRecord(g.Home, what)
+	if errors.Is(err, daemon.ErrNotMounted) {
+		// No record here: a stale cairn mount (of another state dir, or
+		// whose record is gone) is still cleaned up.
+		if st, serr := os.Stat(what); errors.Is(serr, syscall.ENOTCONN) || serr == nil && st.IsDir() && daemon.IsCairnMount(absPath(what)) {
+			if err := daemon.CleanStale(g.Home, nil, absPath(what)); err != nil {
+				return err
+			}
+			fmt.Printf("unmounted %s (no daemon of this state directory served it)\n", what)
+			return nil
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if !r.Alive() {
+		if err := daemon.CleanStale(g.Home, r, ""); err != nil {
+			return err
+		}
+		fmt.Printf("cleaned up the stale mount of %s at %s (its daemon, pid %d, was gone; the journal is kept)\n", r.Workspace, r.Dir, r.PID)
+		return nil
+	}
+	if err := daemon.NewClient(r.Socket).Unmount(ctx); errors.Is(err, daemon.ErrStale) {
+		// The process is there but does not answer: a daemon stuck or
+		// being killed. Clean up what it left.
+		if err := daemon.CleanStale(g.Home, r, ""); err != nil {
+			return err
+		}
+		fmt.Printf("cleaned up the mount of %s at %s (its daemon, pid %d, did not answer; the journal is kept)\n", r.Workspace, r.Dir, r.PID)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for r.Alive() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the daemon of %s (pid %d) has not exited after 2 minutes; see %s", r.Workspace, r.PID, daemon.PathsOf(g.Home, r.Workspace).Log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Printf("unmounted %s from %s\n", r.Workspace, r.Dir)
+	return nil
+}
+
+func absPath(p string) string {
+	if a, err := absolute(p); err == nil {
+		return a
+	}
+	return p
+}

@@ -1,0 +1,191 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/cairnfs/cairn/chunkstore"
+	"github.com/cairnfs/cairn/journal"
+)
+
+// The control API: HTTP/JSON on the daemon's unix socket.
+//
+//	GET  /v1/status    -> StatusReply
+//	POST /v1/snapshot  SnapshotRequest -> SnapshotReply
+//	POST /v1/rollback  RollbackRequest -> RollbackReply
+//	POST /v1/unmount   -> {} (the daemon flushes, unmounts and exits)
+//
+// Errors come back as a non-2xx status with ErrorReply.
+
+// StatusReply is a mounted workspace's state.
+type StatusReply struct {
+	Workspace    string    `json:"workspace"`
+	Dir          string    `json:"dir"`
+	PID          int       `json:"pid"`
+	Store        string    `json:"store"`
+	Started      time.Time `json:"started"`
+	Head         string    `json:"head,omitempty"` // last snapshot (the journal's base)
+	Seq          uint64    `json:"seq"`
+	SnapshotTime time.Time `json:"snapshot_time,omitzero"`
+	DirtyInodes  int       `json:"dirty_inodes"`
+	DirtyBytes   uint64    `json:"dirty_bytes"`
+	Files        uint64    `json:"files"`
+	Bytes        uint64    `json:"bytes"`
+	Inodes       uint64    `json:"inodes"`
+	OpenFiles    int       `json:"open_files"`
+	Passthrough  bool      `json:"passthrough"`
+	JournalBytes int64     `json:"journal_bytes"` // local disk used by the journal and staging files
+	CacheBytes   int64     `json:"cache_bytes"`   // local disk used by the store's cache
+}
+
+// SnapshotRequest asks for a snapshot (turn end).
+type SnapshotRequest struct {
+	Message string            `json:"message,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+// SnapshotReply names the new snapshot.
+type SnapshotReply struct {
+	ID     string                   `json:"id"`
+	Seq    uint64                   `json:"seq"`
+	Stats  chunkstore.SnapshotStats `json:"stats"`
+	Millis float64                  `json:"millis"` // time the daemon took
+}
+
+// RollbackRequest asks to reset the live state to a snapshot.
+type RollbackRequest struct {
+	To string `json:"to"` // a snapshot reference (chunkstore.Resolve)
+}
+
+// RollbackReply names the snapshot of the discarded state.
+type RollbackReply struct {
+	To        string `json:"to"`
+	Discarded string `json:"discarded"`
+}
+
+// ErrorReply is the body of a failed request.
+type ErrorReply struct {
+	Error string `json:"error"`
+	Kind  string `json:"kind"` // not_found, invalid, conflict, busy, corrupt, io
+}
+
+var errorKinds = []struct {
+	kind string
+	err  error
+}{
+	{"not_found", chunkstore.ErrNotFound},
+	{"not_found", journal.ErrNotFound},
+	{"invalid", chunkstore.ErrInvalid},
+	{"invalid", journal.ErrInvalid},
+	{"conflict", chunkstore.ErrConflict},
+	{"busy", ErrBusy},
+	{"busy", journal.ErrBusy},
+	{"corrupt", chunkstore.ErrCorrupt},
+	{"not_found", ErrNotMounted},
+	{"stale", ErrStale},
+}
+
+// KindOf names the kind of err for the wire (ErrorReply.Kind).
+func KindOf(err error) string { return kindOf(err) }
+
+// ErrorOf rebuilds an error of a kind from its text (see ErrorReply).
+func ErrorOf(kind, msg string) error { return errorOf(ErrorReply{Error: msg, Kind: kind}) }
+
+func kindOf(err error) string {
+	for _, k := range errorKinds {
+		if errors.Is(err, k.err) {
+			return k.kind
+		}
+	}
+	return "io"
+}
+
+// errorOf turns an ErrorReply back into an error wrapping the sentinel of
+// its kind, so that callers (and exit codes) can tell kinds apart.
+func errorOf(r ErrorReply) error {
+	for _, k := range errorKinds {
+		if k.kind == r.Kind {
+			return fmt.Errorf("%s%w", r.Error, silent{k.err})
+		}
+	}
+	return errors.New(r.Error)
+}
+
+// silent wraps a sentinel without adding its text.
+type silent struct{ err error }
+
+func (s silent) Error() string { return "" }
+func (s silent) Unwrap() error { return s.err }
+
+// Client talks to a daemon's control socket.
+type Client struct {
+	socket string
+	http   *http.Client
+}
+
+// NewClient returns a client of the daemon listening on socket.
+func NewClient(socket string) *Client {
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}
+	return &Client{socket: socket, http: &http.Client{Transport: tr}}
+}
+
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	var body bytes.Buffer
+	if in != nil {
+		if err := json.NewEncoder(&body).Encode(in); err != nil {
+			return err
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://cairn"+path, &body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("the daemon at %s does not answer (%v): %w", c.socket, err, ErrStale)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		var e ErrorReply
+		if json.NewDecoder(resp.Body).Decode(&e) != nil || e.Error == "" {
+			return fmt.Errorf("daemon: %s", resp.Status)
+		}
+		return errorOf(e)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Status returns the daemon's status.
+func (c *Client) Status(ctx context.Context) (*StatusReply, error) {
+	var r StatusReply
+	return &r, c.call(ctx, http.MethodGet, "/v1/status", nil, &r)
+}
+
+// Snapshot takes a snapshot of the live workspace.
+func (c *Client) Snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotReply, error) {
+	var r SnapshotReply
+	return &r, c.call(ctx, http.MethodPost, "/v1/snapshot", req, &r)
+}
+
+// Rollback resets the live workspace to a snapshot.
+func (c *Client) Rollback(ctx context.Context, req RollbackRequest) (*RollbackReply, error) {
+	var r RollbackReply
+	return &r, c.call(ctx, http.MethodPost, "/v1/rollback", req, &r)
+}
+
+// Unmount asks the daemon to flush, unmount and exit.
+func (c *Client) Unmount(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, "/v1/unmount", struct{}{}, nil)
+}

@@ -1,0 +1,477 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/cairnfs/cairn/chunkstore"
+	cfs "github.com/cairnfs/cairn/fs"
+	"github.com/cairnfs/cairn/journal"
+)
+
+// Config configures Run.
+type Config struct {
+	Home      string // the state directory
+	Store     string // the store's location (chunkstore.OpenBackend)
+	Workspace string
+	Dir       string // the mount point
+	// From is a snapshot reference a new workspace starts from (empty: the
+	// workspace's head, or empty). A workspace that has a journal already
+	// refuses it.
+	From          string
+	Host, Version string
+	NoPassthrough bool
+	Logf          func(format string, args ...any)
+}
+
+// Run mounts a workspace and serves it until ctx is done (SIGTERM), an
+// unmount request arrives on the control socket, or the mount goes away.
+// ready is called once: with nil when the mount serves, or with the error
+// that stopped it before. On the way out it unmounts, flushes the journal
+// and the store, and removes its record and socket.
+func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
+	once := sync.Once{}
+	signal := func(err error) { once.Do(func() { ready(err) }) }
+	defer func() { signal(err) }()
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	p := PathsOf(cfg.Home, cfg.Workspace)
+	if err := chunkstore.ValidWorkspaceName(cfg.Workspace); err != nil {
+		return err
+	}
+	if len(p.Socket) > socketPathMax {
+		return fmt.Errorf("%w: control socket path %s is %d bytes, longer than unix sockets allow (%d); use a shorter --home", chunkstore.ErrInvalid, p.Socket, len(p.Socket), socketPathMax)
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	if err := checkMountPoint(dir); err != nil {
+		return err
+	}
+	if r, err := ReadRecord(cfg.Home, cfg.Workspace); err == nil && r.Alive() {
+		return fmt.Errorf("%w: workspace %q is mounted at %s already (daemon pid %d); `cairn unmount %s` first", ErrBusy, cfg.Workspace, r.Dir, r.PID, cfg.Workspace)
+	}
+	for _, d := range []string{p.Dir, filepath.Dir(p.Socket), p.Cache} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+
+	be, err := chunkstore.OpenBackend(ctx, cfg.Store, false)
+	if err != nil {
+		return err
+	}
+	store, err := chunkstore.Open(ctx, be, chunkstore.Options{CacheDir: p.Cache})
+	if err != nil {
+		be.Close()
+		return fmt.Errorf("open store %s: %w", cfg.Store, err)
+	}
+	defer func() {
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("flush the store: %w", cerr)
+		}
+		be.Close()
+	}()
+	var from chunkstore.ID
+	if cfg.From != "" {
+		if _, err := os.Stat(p.Journal); err == nil {
+			return fmt.Errorf("%w: workspace %q exists here already; --from only starts a new workspace (use `cairn fork` for a new one)", chunkstore.ErrConflict, cfg.Workspace)
+		}
+		if _, err := store.Ref(ctx, cfg.Workspace); err == nil {
+			return fmt.Errorf("%w: workspace %q exists in the store already; --from only starts a new workspace", chunkstore.ErrConflict, cfg.Workspace)
+		}
+		if from, err = store.Resolve(ctx, cfg.From); err != nil {
+			return fmt.Errorf("--from: %w", err)
+		}
+	}
+	inv := &lateInvalidator{}
+	j, err := journal.Open(ctx, journal.Config{
+		Dir: p.Journal, Store: store, Workspace: cfg.Workspace, From: from,
+		Host: cfg.Host, Version: cfg.Version, Logf: cfg.Logf, Invalidator: inv,
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "Cannot acquire directory lock") {
+			return fmt.Errorf("%w: the journal of %q is open in another process (a daemon still exiting?)", ErrBusy, cfg.Workspace)
+		}
+		return fmt.Errorf("open the journal of %q: %w", cfg.Workspace, err)
+	}
+	defer func() {
+		if cerr := j.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close the journal: %w", cerr)
+		}
+	}()
+
+	f := cfs.New(j, cfs.Options{NoPassthrough: cfg.NoPassthrough, Logf: cfg.Logf})
+	inv.set(f.Invalidator())
+	srv, err := cfs.Mount(dir, f, "cairn:"+cfg.Workspace)
+	if err != nil {
+		return err
+	}
+	d := &daemon{cfg: cfg, paths: p, dir: dir, j: j, store: store, fs: f, srv: srv, started: time.Now(), stop: make(chan struct{})}
+	defer d.unmount()
+
+	os.Remove(p.Socket) // a stale socket of a killed daemon
+	ln, err := net.Listen("unix", p.Socket)
+	if err != nil {
+		return fmt.Errorf("control socket %s: %w", p.Socket, err)
+	}
+	hs := &http.Server{Handler: d.routes(), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hs.Shutdown(sctx)
+		os.Remove(p.Socket)
+	}()
+
+	rec := &Record{Workspace: cfg.Workspace, Dir: dir, PID: os.Getpid(), Socket: p.Socket, Store: cfg.Store, Started: d.started}
+	if err := writeRecord(p.Record, rec); err != nil {
+		return fmt.Errorf("write mount record: %w", err)
+	}
+	defer os.Remove(p.Record)
+
+	gone := make(chan struct{})
+	go func() { srv.Wait(); close(gone) }()
+	signal(nil)
+	cfg.Logf("cairn: serving workspace %q at %s", cfg.Workspace, dir)
+	select {
+	case <-ctx.Done():
+		cfg.Logf("cairn: signalled; unmounting %s", dir)
+	case <-d.stop:
+		cfg.Logf("cairn: unmount requested; unmounting %s", dir)
+	case <-gone:
+		cfg.Logf("cairn: %s was unmounted", dir)
+	}
+	return nil
+}
+
+type daemon struct {
+	cfg     Config
+	paths   Paths
+	dir     string
+	j       *journal.Journal
+	store   *chunkstore.Store
+	fs      *cfs.FS
+	srv     *fuse.Server
+	started time.Time
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	mu       sync.Mutex // serialises snapshot and rollback requests
+}
+
+// unmount takes the mount away: politely first, then (files still open
+// after a few seconds) lazily, so the daemon can flush and exit; processes
+// that keep files open then get ENOTCONN.
+func (d *daemon) unmount() {
+	for i := 0; i < 20; i++ {
+		if !isMountPoint(d.dir) {
+			break
+		}
+		if err := d.srv.Unmount(); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if isMountPoint(d.dir) {
+		d.cfg.Logf("cairn: %s is busy; detaching it (processes with open files there get ENOTCONN)", d.dir)
+		_ = unix.Unmount(d.dir, unix.MNT_DETACH)
+	}
+	done := make(chan struct{})
+	go func() { d.srv.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+func (d *daemon) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		v, err := d.status(r.Context())
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST /v1/snapshot", func(w http.ResponseWriter, r *http.Request) {
+		var req SnapshotRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			fail(w, fmt.Errorf("%w: bad request: %v", chunkstore.ErrInvalid, err))
+			return
+		}
+		v, err := d.snapshot(r.Context(), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST /v1/rollback", func(w http.ResponseWriter, r *http.Request) {
+		var req RollbackRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			fail(w, fmt.Errorf("%w: bad request: %v", chunkstore.ErrInvalid, err))
+			return
+		}
+		v, err := d.rollback(r.Context(), req)
+		reply(w, v, err)
+	})
+	mux.HandleFunc("POST /v1/unmount", func(w http.ResponseWriter, r *http.Request) {
+		d.stopOnce.Do(func() { close(d.stop) })
+		reply(w, struct{}{}, nil)
+	})
+	return mux
+}
+
+func reply[T any](w http.ResponseWriter, v T, err error) {
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+func fail(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch kindOf(err) {
+	case "not_found":
+		code = http.StatusNotFound
+	case "invalid":
+		code = http.StatusBadRequest
+	case "conflict", "busy":
+		code = http.StatusConflict
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(ErrorReply{Error: err.Error(), Kind: kindOf(err)})
+}
+
+func (d *daemon) status(ctx context.Context) (*StatusReply, error) {
+	s, err := d.j.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &StatusReply{
+		Workspace: d.cfg.Workspace, Dir: d.dir, PID: os.Getpid(), Store: d.cfg.Store, Started: d.started,
+		Seq: s.Seq, DirtyInodes: s.DirtyInodes, DirtyBytes: s.DirtyBytes, Files: s.Files, Bytes: s.Bytes,
+		Inodes: s.Inodes, OpenFiles: s.OpenFiles, Passthrough: d.fs.Passthrough(),
+		JournalBytes: diskUsage(d.paths.Journal), CacheBytes: diskUsage(d.paths.Cache),
+	}
+	if !s.Base.IsZero() {
+		r.Head = s.Base.String()
+		if snap, err := d.store.Snapshot(ctx, s.Base); err == nil {
+			r.SnapshotTime = snap.Time
+		}
+	}
+	return r, nil
+}
+
+// snapshot flushes the kernel (syncfs of the mount: every write
+// acknowledged before the request is in the journal), then commits.
+func (d *daemon) snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotReply, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	start := time.Now()
+	if err := syncfs(d.dir); err != nil {
+		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
+	}
+	host, _ := os.Hostname()
+	id, err := d.j.Snapshot(ctx, journal.SnapshotOptions{Message: req.Message, Labels: req.Labels,
+		Provenance: map[string]string{"mount": d.dir, "host": host}})
+	if err != nil {
+		return nil, err
+	}
+	snap, err := d.store.Snapshot(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &SnapshotReply{ID: id.String(), Seq: snap.Seq, Stats: snap.Stats, Millis: float64(time.Since(start).Microseconds()) / 1000}, nil
+}
+
+func (d *daemon) rollback(ctx context.Context, req RollbackRequest) (*RollbackReply, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	to, err := d.store.Resolve(ctx, req.To)
+	if err != nil {
+		return nil, err
+	}
+	if err := syncfs(d.dir); err != nil {
+		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
+	}
+	discarded, err := d.j.Rollback(ctx, to)
+	if err != nil {
+		return nil, err
+	}
+	return &RollbackReply{To: to.String(), Discarded: discarded.String()}, nil
+}
+
+func syncfs(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Syncfs(int(f.Fd()))
+}
+
+// diskUsage is the space the files under dir take on disk.
+func diskUsage(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return nil
+		}
+		if fi, err := e.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// lateInvalidator forwards to the FUSE layer's invalidator once it exists
+// (the journal is opened before the FUSE layer that serves it).
+type lateInvalidator struct {
+	mu  sync.Mutex
+	inv journal.Invalidator
+}
+
+func (l *lateInvalidator) set(inv journal.Invalidator) {
+	l.mu.Lock()
+	l.inv = inv
+	l.mu.Unlock()
+}
+
+func (l *lateInvalidator) get() journal.Invalidator {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inv
+}
+
+func (l *lateInvalidator) InvalidateEntry(parent journal.Ino, name string) {
+	if inv := l.get(); inv != nil {
+		inv.InvalidateEntry(parent, name)
+	}
+}
+
+func (l *lateInvalidator) InvalidateInode(ino journal.Ino) {
+	if inv := l.get(); inv != nil {
+		inv.InvalidateInode(ino)
+	}
+}
+
+func (l *lateInvalidator) InvalidateAll() {
+	if inv := l.get(); inv != nil {
+		inv.InvalidateAll()
+	}
+}
+
+// checkMountPoint refuses a mount point that is missing, not a directory,
+// mounted already, or a stale FUSE mount, with a hint.
+func checkMountPoint(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, syscall.ENOTCONN):
+		return fmt.Errorf("%w: %s is a mount whose daemon is gone; `cairn unmount %s` cleans it up", ErrStale, dir, dir)
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%w: mount point %s does not exist; create it first (mkdir -p %s)", chunkstore.ErrNotFound, dir, dir)
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return fmt.Errorf("%w: mount point %s is not a directory", chunkstore.ErrInvalid, dir)
+	}
+	if typ, ok := mountType(dir); ok {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); errors.Is(err, syscall.ENOTCONN) {
+			return fmt.Errorf("%w: %s is a mount whose daemon is gone; `cairn unmount %s` cleans it up", ErrStale, dir, dir)
+		}
+		hint := "unmount it first"
+		if typ == "fuse."+cfs.TypeName {
+			hint = "`cairn unmount " + dir + "` first"
+		}
+		return fmt.Errorf("%w: %s is a mount point already (%s); %s", ErrBusy, dir, typ, hint)
+	}
+	return nil
+}
+
+func isMountPoint(dir string) bool {
+	_, ok := mountType(dir)
+	return ok
+}
+
+// mountType returns the type of the mount at dir, from
+// /proc/self/mountinfo.
+func mountType(dir string) (string, bool) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", false
+	}
+	typ, found := "", false
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if !ok || len(f) < 5 || unescapeMount(f[4]) != dir {
+			continue
+		}
+		if pf := strings.Fields(post); len(pf) > 0 {
+			typ, found = pf[0], true // the last mount at dir is the visible one
+		}
+	}
+	return typ, found
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// CleanStale unmounts a mount point whose daemon is gone (lazily: the
+// kernel drops it once unused) and removes the workspace's stale record.
+func CleanStale(home string, r *Record, dir string) error {
+	if r != nil {
+		dir = r.Dir
+	}
+	if dir != "" && isMountPoint(dir) {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount stale %s: %w", dir, err)
+		}
+	}
+	if r != nil {
+		os.Remove(PathsOf(home, r.Workspace).Record)
+		os.Remove(r.Socket)
+	}
+	return nil
+}
+
+// IsCairnMount reports whether dir is a cairn FUSE mount.
+func IsCairnMount(dir string) bool {
+	typ, ok := mountType(dir)
+	return ok && typ == "fuse."+cfs.TypeName
+}
