@@ -27,7 +27,7 @@ FUZZ_TARGETS := \
 	./journal:FuzzDecodeInode \
 	./journal:FuzzDecodeMeta
 
-.PHONY: all build test unit race fuzz bench lint tools debs demo clean
+.PHONY: all build test unit race fuzz bench fsbench lint tools debs demo clean
 
 all: build
 
@@ -58,6 +58,12 @@ bench: tools
 	$(GO) test -run '^$$' -bench 'Create|Lookup|Unlink' -benchtime 20000x ./journal/
 	$(GO) test -run '^$$' -bench 'SnapshotSmallChange|Rollback' -benchtime 50x ./journal/
 	$(GO) test -run '^$$' -bench 'Memory100k' -benchtime 1x ./journal/
+	$(GO) test -run '^$$' -bench 'CreateOpenRelease' -benchtime 5000x ./journal/
+	$(MAKE) --no-print-directory fsbench
+
+## fsbench: ext4 vs a plain go-fuse loopback vs cairn, side by side (root, /dev/fuse).
+fsbench: build
+	$(GO) run ./internal/fsbench -cairn bin/cairn -json bench-fs.json
 
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files -o --exclude-standard '*.go')); \

@@ -88,7 +88,18 @@ func (j *Journal) stage(n *inode, empty bool) (File, error) {
 // it is already), copying its content up, and returns its staging file. n
 // is updated.
 func (j *Journal) prepareData(n *inode) (File, error) {
+	return j.prepareDataWith(n, nil)
+}
+
+// prepareDataWith is prepareData with more to write in its transaction
+// (always written, even when n is ready already).
+func (j *Journal) prepareDataWith(n *inode, extra func(txn *badger.Txn) error) (File, error) {
 	if n.Staged && j.isDirty(n.Ino) {
+		if extra != nil {
+			if err := j.update(extra); err != nil {
+				return nil, err
+			}
+		}
 		return j.openStaged(n)
 	}
 	copied := !n.Staged
@@ -99,6 +110,11 @@ func (j *Journal) prepareData(n *inode) (File, error) {
 	err = j.update(func(txn *badger.Txn) error {
 		if err := j.putInode(txn, n); err != nil {
 			return err
+		}
+		if extra != nil {
+			if err := extra(txn); err != nil {
+				return err
+			}
 		}
 		return j.markDirty(txn, n)
 	})

@@ -93,7 +93,11 @@ func (j *Journal) mayPassThrough(n *inode, write bool) bool {
 func (j *Journal) openBacking(n *inode, write bool) (*os.File, error) {
 	var f File
 	var err error
+	_, busy := j.writers[n.Ino]
 	switch {
+	case write && !busy:
+		// Staged, dirty and marked a writer in one transaction.
+		f, err = j.prepareDataWith(n, func(txn *badger.Txn) error { return txn.Set(writerKey(j.m.Epoch, n.Ino), nil) })
 	case write:
 		f, err = j.prepareData(n)
 	case !n.Staged:
@@ -104,23 +108,14 @@ func (j *Journal) openBacking(n *inode, write bool) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, busy := j.writers[n.Ino]; !busy {
-		delete(j.trimmed, n.Ino) // a writer may have left it longer; trim checks
+	if !busy {
 		if err := j.trim(f, n); err != nil {
 			return nil, err
 		}
 	}
 	// Always read-write: the kernel keeps one backing file per inode for
 	// every handle, readers' and writers'.
-	flag := os.O_RDWR
-	if write {
-		if _, busy := j.writers[n.Ino]; !busy {
-			if err := j.update(func(txn *badger.Txn) error { return txn.Set(writerKey(j.m.Epoch, n.Ino), nil) }); err != nil {
-				return nil, err
-			}
-		}
-	}
-	bf, err := os.OpenFile(j.stagingPath(n.Ino), flag, 0)
+	bf, err := os.OpenFile(j.stagingPath(n.Ino), os.O_RDWR, 0)
 	if err != nil {
 		return nil, j.dataErr("open staging file for passthrough", n.Ino, err)
 	}
@@ -168,10 +163,13 @@ func (j *Journal) Release(ctx context.Context, h *Handle) error {
 		return errors.Join(errs...) // a rollback dropped the handle's inode
 	}
 	if ws := j.writers[h.Ino]; ws != nil && h.write && h.backing != nil {
-		errs = append(errs, j.syncWriter(h.Ino, ws))
 		if ws.handles--; ws.handles == 0 {
+			// The last writer: adopt the staging file's size and drop the
+			// marker in one transaction.
 			delete(j.writers, h.Ino)
-			errs = append(errs, j.update(func(txn *badger.Txn) error { return txn.Delete(writerKey(j.m.Epoch, h.Ino)) }))
+			errs = append(errs, j.syncWriterWith(h.Ino, ws, func(txn *badger.Txn) error { return txn.Delete(writerKey(j.m.Epoch, h.Ino)) }))
+		} else {
+			errs = append(errs, j.syncWriter(h.Ino, ws))
 		}
 	}
 	if j.opens[h.Ino]--; j.opens[h.Ino] <= 0 {
@@ -195,38 +193,55 @@ func (j *Journal) syncWriters() error {
 // syncWriter adopts the staging file's size and mtime into ino's record if
 // the kernel changed them.
 func (j *Journal) syncWriter(ino Ino, ws *writerState) error {
+	return j.syncWriterWith(ino, ws, nil)
+}
+
+// syncWriterWith is syncWriter with more to write in the same transaction
+// (written even if nothing changed).
+func (j *Journal) syncWriterWith(ino Ino, ws *writerState, extra func(txn *badger.Txn) error) error {
 	fi, err := os.Stat(j.stagingPath(ino))
 	if err != nil {
 		return j.dataErr("stat staging file", ino, err)
 	}
 	size, mtime := fi.Size(), fi.ModTime().UnixNano()
 	if size == ws.size && mtime == ws.mtime {
+		if extra != nil {
+			return j.update(extra)
+		}
 		return nil
 	}
 	n, err := j.inode(ino)
 	if err != nil {
 		return err
 	}
-	if err := j.adoptStaging(n, size, mtime != ws.mtime); err != nil {
+	var touched int64
+	if mtime != ws.mtime {
+		touched = mtime
+	}
+	if err := j.adoptStaging(n, size, touched, extra); err != nil {
 		return err
 	}
 	ws.size, ws.mtime = size, mtime
 	return nil
 }
 
-// adoptStaging records size (and, with touched, a new mtime and ctime) for
+// adoptStaging records size (and, with touched, that mtime and ctime) for
 // n, whose staging file the kernel wrote.
-func (j *Journal) adoptStaging(n *inode, size int64, touched bool) error {
+func (j *Journal) adoptStaging(n *inode, size int64, touched int64, extra func(txn *badger.Txn) error) error {
 	j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + uint64(size)
 	n.Size = uint64(size)
-	if touched {
-		now := j.cfg.Clock()
-		n.Mtime, n.Ctime = now, now
+	if touched != 0 {
+		n.Mtime, n.Ctime = touched, max(touched, n.Ctime)
 	}
 	j.trimmed[n.Ino] = struct{}{}
 	return j.update(func(txn *badger.Txn) error {
 		if err := j.putInode(txn, n); err != nil {
 			return err
+		}
+		if extra != nil {
+			if err := extra(txn); err != nil {
+				return err
+			}
 		}
 		return j.markDirty(txn, n)
 	})
@@ -302,7 +317,7 @@ func (j *Journal) recoverHandles() error {
 		if err == nil && n.Staged {
 			fi, serr := os.Stat(j.stagingPath(ino))
 			if serr == nil && uint64(fi.Size()) != n.Size {
-				err = j.adoptStaging(n, fi.Size(), true)
+				err = j.adoptStaging(n, fi.Size(), fi.ModTime().UnixNano(), nil)
 			}
 		}
 		if err != nil && !errors.Is(err, ErrNotFound) {
