@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -41,7 +40,7 @@ func TestMount_RealPrograms(t *testing.T) {
 	dir := in.mount("progs")
 
 	t.Run("TarGoSourceTree", func(t *testing.T) {
-		src := filepath.Join(runtime.GOROOT(), "src")
+		src := filepath.Join(goroot(), "src")
 		archive := filepath.Join(t.TempDir(), "src.tar")
 		run(t, "", nil, "tar", "-C", filepath.Dir(src), "-cf", archive, "src")
 		run(t, dir, nil, "tar", "-xf", archive)
@@ -108,4 +107,13 @@ func TestMount_RealPrograms(t *testing.T) {
 			t.Fatalf("sqlite3 in the snapshot: %q", out)
 		}
 	})
+}
+
+// goroot is the Go toolchain's root, from `go env GOROOT`.
+func goroot() string {
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return "/usr/local/go"
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -102,7 +101,7 @@ func run() error {
 
 	targets := []target{{"ext4", ext4}, {"loopback", lmnt}, {"cairn", cmnt}}
 	tarball := filepath.Join(base, "gosrc.tar")
-	if err := exec.Command("tar", "-C", runtime.GOROOT(), "-cf", tarball, "src").Run(); err != nil {
+	if err := exec.Command("tar", "-C", goroot(), "-cf", tarball, "src").Run(); err != nil {
 		return fmt.Errorf("tar of the Go tree: %w", err)
 	}
 	want := map[string]bool{}
@@ -389,4 +388,13 @@ func printTable(rs []result) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w, val(e), val(l), val(c), c.Unit, ratio(l), ratio(c))
 	}
 	tw.Flush()
+}
+
+// goroot is the Go toolchain's root, from `go env GOROOT`.
+func goroot() string {
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return "/usr/local/go"
+	}
+	return strings.TrimSpace(string(out))
 }
