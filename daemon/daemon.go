@@ -207,29 +207,26 @@ func (d *daemon) routes() *http.ServeMux {
 		v, err := d.status(r.Context())
 		reply(w, v, err)
 	})
-	mux.HandleFunc("POST /v1/snapshot", func(w http.ResponseWriter, r *http.Request) {
-		var req SnapshotRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			fail(w, fmt.Errorf("%w: bad request: %v", chunkstore.ErrInvalid, err))
-			return
-		}
-		v, err := d.snapshot(r.Context(), req)
-		reply(w, v, err)
-	})
-	mux.HandleFunc("POST /v1/rollback", func(w http.ResponseWriter, r *http.Request) {
-		var req RollbackRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			fail(w, fmt.Errorf("%w: bad request: %v", chunkstore.ErrInvalid, err))
-			return
-		}
-		v, err := d.rollback(r.Context(), req)
-		reply(w, v, err)
-	})
+	mux.HandleFunc("POST /v1/snapshot", handle(d.snapshot))
+	mux.HandleFunc("POST /v1/rollback", handle(d.rollback))
 	mux.HandleFunc("POST /v1/unmount", func(w http.ResponseWriter, r *http.Request) {
 		d.stopOnce.Do(func() { close(d.stop) })
 		reply(w, struct{}{}, nil)
 	})
 	return mux
+}
+
+// handle serves a JSON request with fn.
+func handle[Req, Rep any](fn func(context.Context, Req) (Rep, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			fail(w, fmt.Errorf("%w: bad request: %v", chunkstore.ErrInvalid, err))
+			return
+		}
+		v, err := fn(r.Context(), req)
+		reply(w, v, err)
+	}
 }
 
 func reply[T any](w http.ResponseWriter, v T, err error) {

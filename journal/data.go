@@ -107,7 +107,22 @@ func (j *Journal) prepareDataWith(n *inode, extra func(txn *badger.Txn) error) (
 	if err != nil {
 		return nil, err
 	}
-	err = j.update(func(txn *badger.Txn) error {
+	if err := j.saveDirty(n, extra); err != nil {
+		return nil, err
+	}
+	if copied {
+		// A copy-up leaves exactly Size bytes. A staging file kept from
+		// before (the file was committed clean since) may hold more: a
+		// write killed past the end, or a shrink killed before its cut.
+		j.trimmed[n.Ino] = struct{}{}
+	}
+	return f, nil
+}
+
+// saveDirty saves n and marks it dirty in one transaction, with extra
+// (if any) in it too.
+func (j *Journal) saveDirty(n *inode, extra func(txn *badger.Txn) error) error {
+	return j.update(func(txn *badger.Txn) error {
 		if err := j.putInode(txn, n); err != nil {
 			return err
 		}
@@ -118,16 +133,6 @@ func (j *Journal) prepareDataWith(n *inode, extra func(txn *badger.Txn) error) (
 		}
 		return j.markDirty(txn, n)
 	})
-	if err != nil {
-		return nil, err
-	}
-	if copied {
-		// A copy-up leaves exactly Size bytes. A staging file kept from
-		// before (the file was committed clean since) may hold more: a
-		// write killed past the end, or a shrink killed before its cut.
-		j.trimmed[n.Ino] = struct{}{}
-	}
-	return f, nil
 }
 
 // openStaged opens the staging file of a Staged inode. An empty file may

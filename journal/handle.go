@@ -234,17 +234,7 @@ func (j *Journal) adoptStaging(n *inode, size int64, touched int64, extra func(t
 		n.Mtime, n.Ctime = touched, max(touched, n.Ctime)
 	}
 	j.trimmed[n.Ino] = struct{}{}
-	return j.update(func(txn *badger.Txn) error {
-		if err := j.putInode(txn, n); err != nil {
-			return err
-		}
-		if extra != nil {
-			if err := extra(txn); err != nil {
-				return err
-			}
-		}
-		return j.markDirty(txn, n)
-	})
+	return j.saveDirty(n, extra)
 }
 
 // orphan keeps regular file n, whose last name is going, while it is open:

@@ -81,10 +81,7 @@ func TestHandle_UnlinkedWhileOpen(t *testing.T) {
 func TestHandle_PassthroughWriter(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
-	j, err := journal.Open(ctx, journal.Config{Dir: dir, Store: e.store, Workspace: "ws", Clock: e.clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := e.openUnmanaged(dir)
 	a := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644))
 	if _, err := j.Write(ctx, journal.Root, a.Ino, []byte("0123456789"), 0); err != nil {
 		t.Fatal(err)

@@ -40,6 +40,17 @@ func (e *env) open(ws, dir string, from chunkstore.ID) *journal.Journal {
 	return j
 }
 
+// openUnmanaged opens workspace "ws" in dir without closing it at the end:
+// the test closes it itself, to reopen (or to stand for a crash).
+func (e *env) openUnmanaged(dir string) *journal.Journal {
+	e.t.Helper()
+	j, err := journal.Open(ctx, journal.Config{Dir: dir, Store: e.store, Workspace: "ws", Clock: e.clk.now})
+	if err != nil {
+		e.t.Fatalf("Open: %v", err)
+	}
+	return j
+}
+
 func must[T any](t *testing.T) func(T, error) T {
 	return func(v T, err error) T {
 		t.Helper()
@@ -221,10 +232,7 @@ func diffMaps(t *testing.T, want, got map[string]string) {
 func TestJournal_ReopenAfterEmptyVlog(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
-	j, err := journal.Open(ctx, journal.Config{Dir: dir, Store: e.store, Workspace: "ws", Clock: e.clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := e.openUnmanaged(dir)
 	a := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "kept", 0o644))
 	j.Close()
 	// What a kill between creating and initialising the next value log leaves.
@@ -246,10 +254,7 @@ func TestJournal_ReopenAfterEmptyVlog(t *testing.T) {
 func TestJournal_GrowAfterCommitCutsStaleTail(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
-	j, err := journal.Open(ctx, journal.Config{Dir: dir, Store: e.store, Workspace: "ws", Clock: e.clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := e.openUnmanaged(dir)
 	a := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644))
 	head := bytes.Repeat([]byte("h"), 6000)
 	if _, err := j.Write(ctx, journal.Root, a.Ino, head, 0); err != nil {
