@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -141,6 +142,17 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 			}
 			io.WriteString(pipe, "ok\n")
 		}
+	}
+	if path := os.Getenv("CAIRN_CPUPROFILE"); path != "" { // for developers: profile the daemon
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	host, _ := os.Hostname()
 	return daemon.Run(ctx, daemon.Config{
