@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/cairnfs/cairn/chunkstore/backend"
 	"github.com/cairnfs/cairn/chunkstore/backend/local"
+
+	"github.com/cairnfs/cairn/internal/testenv"
 )
 
 // openWithBlobs makes a store whose index lists n blobs (written as index
@@ -65,13 +64,13 @@ func openWithBlobs(tb testing.TB, n int) (heap, rss uint64) {
 	s.Close()
 
 	before := liveHeap()
-	rssBefore := rssBytes()
+	rssBefore := testenv.RSS()
 	s2, err := Open(ctx, be, Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	heap = liveHeap() - before
-	rss = rssBytes() - rssBefore
+	rss = testenv.RSS() - rssBefore
 	if got := s2.Stats().Blobs; got != n {
 		tb.Fatalf("index holds %d blobs, want %d", got, n)
 	}
@@ -86,20 +85,6 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
-}
-
-func rssBytes() uint64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // TestIndexMemory checks the bound: the local index of 1 M blobs

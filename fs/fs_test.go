@@ -2,7 +2,6 @@ package fs_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
@@ -11,31 +10,15 @@ import (
 	"github.com/cairnfs/cairn/chunkstore/chunkstoretest"
 	"github.com/cairnfs/cairn/fs"
 	"github.com/cairnfs/cairn/journal"
-)
 
-// needFUSE skips without root or /dev/fuse, and fails in CI instead.
-func needFUSE(t *testing.T) {
-	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root (mount(2))"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "needs /dev/fuse"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("FUSE test %s, and CI must not skip it", why)
-	}
-	t.Skip(why)
-}
+	"github.com/cairnfs/cairn/internal/testenv"
+)
 
 // mount serves a fresh journal at a temporary directory until the test
 // ends.
 func mount(t *testing.T, opts fs.Options) (string, *journal.Journal) {
 	t.Helper()
-	needFUSE(t)
+	testenv.NeedRoot(t, "FUSE mounts", true)
 	st := chunkstoretest.NewStore(t, chunkstoretest.LocalBackend(t), chunkstore.InitOptions{}, chunkstore.Options{})
 	j, err := journal.Open(context.Background(), journal.Config{Dir: t.TempDir(), Store: st, Workspace: "ws"})
 	if err != nil {

@@ -15,25 +15,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// needMount skips without root or /dev/fuse, and fails in CI instead.
-func needMount(t *testing.T) {
-	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root (FUSE mounts)"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "needs /dev/fuse"
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("mount test %s, and CI must not skip it", why)
-	}
-	t.Skip(why)
-}
+	"github.com/cairnfs/cairn/internal/testenv"
+)
 
 // instance is one state directory (one "machine") over a store.
 type instance struct {
@@ -45,7 +29,7 @@ type instance struct {
 // newInstance makes a state directory whose default local store is
 // initialised (zero configuration).
 func newInstance(t *testing.T) *instance {
-	needMount(t)
+	testenv.NeedRoot(t, "FUSE mounts", true)
 	home := shortTempDir(t)
 	in := &instance{t: t, home: home, store: filepath.Join(home, "store")}
 	in.must("init")

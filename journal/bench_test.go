@@ -9,6 +9,8 @@ import (
 	"github.com/cairnfs/cairn/chunkstore"
 	"github.com/cairnfs/cairn/chunkstore/chunkstoretest"
 	"github.com/cairnfs/cairn/journal"
+
+	"github.com/cairnfs/cairn/internal/testenv"
 )
 
 func benchJournal(b *testing.B) *journal.Journal {
@@ -193,4 +195,4 @@ func BenchmarkMemory100k(b *testing.B) {
 	}
 }
 
-func rss() uint64 { return chunkstoretest.RSS() }
+func rss() uint64 { return testenv.RSS() }

@@ -3,29 +3,18 @@ package journal_test
 import (
 	"bytes"
 	"errors"
-	"os"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/chunkstore"
 	"github.com/cairnfs/cairn/journal"
+
+	"github.com/cairnfs/cairn/internal/testenv"
 )
 
 // A journal on a really full disk fails writes with ErrNoSpace, stays
 // consistent, and works again once space is freed.
 func TestFault_DiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to mount a small tmpfs; CI runs as root")
-		}
-		t.Skip("needs root to mount a small tmpfs")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=48m"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	dir := testenv.SmallDisk(t, "48m")
 	e := newEnv(t)
 	j := e.open("ws", dir+"/journal", chunkstore.ID{})
 	f := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "fill", 0o644))

@@ -6,8 +6,6 @@ package chunkstoretest
 import (
 	"context"
 	"io"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -172,20 +170,4 @@ func (f *Faulty) Properties() backend.Properties {
 		p.Local = false
 	}
 	return p
-}
-
-// RSS returns the process's resident set size in bytes (VmRSS), or 0 where
-// /proc is not available.
-func RSS() uint64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

@@ -7,25 +7,15 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cairnfs/cairn/chunkstore/backend"
+
+	"github.com/cairnfs/cairn/internal/testenv"
 )
 
 // A full disk is reported as such, leaves no partial object and no
 // temporary file, and the backend works again once space is freed.
 func TestPut_DiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to mount a small tmpfs; CI runs as root")
-		}
-		t.Skip("needs root to mount a small tmpfs")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	dir := testenv.SmallDisk(t, "1m")
 	b, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)

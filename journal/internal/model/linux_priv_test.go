@@ -3,12 +3,13 @@
 package model
 
 import (
-	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/journal"
+
+	"github.com/cairnfs/cairn/internal/testenv"
 )
 
 // TestLinuxPrivileges runs directed scenarios for the setuid/setgid rules
@@ -16,12 +17,7 @@ import (
 // setgid without group-execute), comparing the model with a tmpfs after
 // every step like TestLinux.
 func TestLinuxPrivileges(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root; CI must run it as root")
-		}
-		t.Skip("needs root: mounts a tmpfs and runs operations as other users")
-	}
+	testenv.NeedRoot(t, "mounts a tmpfs and runs operations as other users", false)
 	old := unix.Umask(0)
 	t.Cleanup(func() { unix.Umask(old) })
 

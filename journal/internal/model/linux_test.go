@@ -34,6 +34,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/journal"
+
+	"github.com/cairnfs/cairn/internal/testenv"
 )
 
 var (
@@ -95,12 +97,7 @@ func kernelClass(err error) string {
 }
 
 func TestLinux(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the differential test needs root (to mount tmpfs and switch credentials); CI must run it as root")
-		}
-		t.Skip("needs root: mounts a tmpfs and runs operations as other users")
-	}
+	testenv.NeedRoot(t, "mounts a tmpfs and runs operations as other users", false)
 	old := unix.Umask(0)
 	t.Cleanup(func() { unix.Umask(old) })
 	seeds := make([]uint64, *linuxRuns)
