@@ -234,17 +234,27 @@ func (j *Journal) Read(ctx context.Context, ino Ino, p []byte, off int64) (int, 
 		return 0, err
 	}
 	defer j.mu.Unlock()
-	n, err := j.inode(ino)
+	n, err := j.regularAt(ino, "read", off)
 	if err != nil {
 		return 0, err
 	}
-	if off < 0 {
-		return 0, fmt.Errorf("read at %d: %w", off, ErrInvalid)
-	}
-	if err := checkRegular(n, "read"); err != nil {
-		return 0, err
-	}
 	return j.readLocked(ctx, n, p, off)
+}
+
+// regularAt returns regular file ino for an operation at off, checked in
+// Linux's order: the inode, the offset, the file type.
+func (j *Journal) regularAt(ino Ino, op string, off int64) (*inode, error) {
+	n, err := j.inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if off < 0 {
+		return nil, fmt.Errorf("%s at %d: %w", op, off, ErrInvalid)
+	}
+	if err := checkRegular(n, op); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // checkRegular fails with ErrIsDir for a directory and ErrInvalid for any
@@ -314,14 +324,8 @@ func (j *Journal) Write(ctx context.Context, c Caller, ino Ino, p []byte, off in
 		return 0, err
 	}
 	defer j.mu.Unlock()
-	n, err := j.inode(ino)
+	n, err := j.regularAt(ino, "write", off)
 	if err != nil {
-		return 0, err
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("write at %d: %w", off, ErrInvalid)
-	}
-	if err := checkRegular(n, "write"); err != nil {
 		return 0, err
 	}
 	if len(p) == 0 {
