@@ -228,7 +228,16 @@ func (f *FS) Forget(nodeid, nlookup uint64) {
 
 // GetAttr implements fuse.RawFileSystem.
 func (f *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if in.Flags()&fuse.FUSE_GETATTR_FH != 0 && f.stale(in.Fh()) {
+		return fuse.Status(syscall.ESTALE)
+	}
 	a, err := f.j.GetAttr(bg, ino(in.NodeId))
+	if Errno(err) == syscall.ENOENT {
+		// The kernel asks only about inodes it was given: one that is gone
+		// was dropped under it by a rollback (a path-based stat retries
+		// the lookup on ESTALE).
+		return fuse.Status(syscall.ESTALE)
+	}
 	if err != nil {
 		return status(err)
 	}
@@ -239,6 +248,9 @@ func (f *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrO
 
 // SetAttr implements fuse.RawFileSystem.
 func (f *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if fh, ok := in.GetFh(); ok && f.stale(fh) {
+		return fuse.Status(syscall.ESTALE)
+	}
 	var s journal.SetAttrIn
 	v := in.Valid
 	if v&fuse.FATTR_MODE != 0 {
@@ -455,10 +467,24 @@ func (f *FS) open(n journal.Ino, flags uint32, out *fuse.OpenOut) fuse.Status {
 			out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
 		}
 	}
+	// Nothing to do at close(2): writes are in the journal (or in the
+	// backing file) already. This saves a round trip on every close.
+	out.OpenFlags |= fuse.FOPEN_NOFLUSH
 	f.nextFh++
 	out.Fh = f.nextFh
 	f.files[out.Fh] = of
 	return fuse.OK
+}
+
+// stale reports whether handle fh was opened before a forced rollback: it
+// gets ESTALE, never the bytes of whatever file now has its inode number.
+// (A passthrough handle's I/O never reaches the daemon: it keeps reading
+// and writing the discarded file's staging copy until closed.)
+func (f *FS) stale(fh uint64) bool {
+	f.mu.Lock()
+	of := f.files[fh]
+	f.mu.Unlock()
+	return of != nil && f.j.Stale(of.h)
 }
 
 // Release implements fuse.RawFileSystem.
@@ -486,6 +512,9 @@ func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 
 // Read implements fuse.RawFileSystem (files without passthrough).
 func (f *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	if f.stale(in.Fh) {
+		return nil, fuse.Status(syscall.ESTALE)
+	}
 	c, stop := ctx(cancel)
 	defer stop()
 	n, err := f.j.Read(c, ino(in.NodeId), buf[:min(len(buf), int(in.Size))], int64(in.Offset))
@@ -497,6 +526,9 @@ func (f *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Rea
 
 // Write implements fuse.RawFileSystem (files without passthrough).
 func (f *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if f.stale(in.Fh) {
+		return 0, fuse.Status(syscall.ESTALE)
+	}
 	n, err := f.j.Write(bg, f.caller(&in.InHeader, true), ino(in.NodeId), data, int64(in.Offset))
 	if err != nil && n == 0 {
 		return 0, status(err)
@@ -507,6 +539,9 @@ func (f *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint3
 // Lseek implements fuse.RawFileSystem: SEEK_DATA and SEEK_HOLE (the
 // kernel does the others).
 func (f *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	if f.stale(in.Fh) {
+		return fuse.Status(syscall.ESTALE)
+	}
 	off, err := f.j.Lseek(bg, ino(in.NodeId), int64(in.Offset), int(in.Whence))
 	if err != nil {
 		return status(err)
@@ -516,10 +551,14 @@ func (f *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut)
 }
 
 // Flush implements fuse.RawFileSystem: writes are in the journal already.
+// (Opens set FOPEN_NOFLUSH, so the kernel sends no FLUSH for them.)
 func (f *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status { return fuse.OK }
 
 // Fsync implements fuse.RawFileSystem.
 func (f *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	if f.stale(in.Fh) {
+		return fuse.Status(syscall.ESTALE)
+	}
 	return status(f.j.Fsync(bg, ino(in.NodeId), in.FsyncFlags&1 != 0))
 }
 
@@ -530,11 +569,17 @@ func (f *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 
 // Fallocate implements fuse.RawFileSystem.
 func (f *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	if f.stale(in.Fh) {
+		return fuse.Status(syscall.ESTALE)
+	}
 	return status(f.j.Fallocate(bg, f.caller(&in.InHeader, true), ino(in.NodeId), journal.FallocMode(in.Mode), int64(in.Offset), int64(in.Length)))
 }
 
 // CopyFileRange implements fuse.RawFileSystem.
 func (f *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	if f.stale(in.FhIn) || f.stale(in.FhOut) {
+		return 0, fuse.Status(syscall.ESTALE)
+	}
 	if in.Flags != 0 {
 		return 0, fuse.EINVAL
 	}

@@ -26,6 +26,7 @@ import (
 var (
 	cairnBin = flag.String("cairn", "bin/cairn", "the cairn binary")
 	workDir  = flag.String("dir", "/var/tmp", "where to make the ext4 directory, the loopback's backing directory and cairn's state (one disk)")
+	scratch  = flag.Int64("scratch", 16<<30, "run on a fresh ext4 of this many bytes (a loop-mounted sparse image under -dir, made with mkfs.ext4's defaults); 0: on -dir's own filesystem")
 	seqSize  = flag.Int64("seq", 1<<30, "bytes of the sequential read/write file")
 	nFiles   = flag.Int("files", 10000, "files for create/stat/unlink")
 	nSnap    = flag.Int("snapfiles", 100000, "files in the workspace of the snapshot benchmark")
@@ -60,6 +61,14 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(base)
+	if *scratch > 0 {
+		unmount, err := scratchFS(base, *scratch)
+		if err != nil {
+			return err
+		}
+		defer unmount()
+		base = filepath.Join(base, "fs")
+	}
 	ext4 := filepath.Join(base, "ext4")
 	os.MkdirAll(ext4, 0o755)
 
@@ -145,6 +154,36 @@ func run() error {
 	return nil
 }
 
+// scratchFS makes a fresh ext4 of size bytes (mkfs.ext4's defaults, so
+// with a journal, as on a typical host) and mounts it at base/fs. The
+// machines here run on an ext4 without a journal, whose inode allocator
+// skips inodes freed in the last ~30 s one by one (recently_deleted): after
+// one target's files are deleted, the next target's creates slow down
+// tenfold, so results would depend on the order of the targets.
+func scratchFS(base string, size int64) (func(), error) {
+	img, mnt := filepath.Join(base, "fs.img"), filepath.Join(base, "fs")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Truncate(img, size); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("mkfs.ext4 (or run with -scratch 0): %v: %s", err, out)
+	}
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("mount the scratch ext4 (or run with -scratch 0): %v: %s", err, out)
+	}
+	return func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "fsbench: umount %s: %v: %s\n", mnt, err, out)
+		}
+	}, nil
+}
+
 // dropCaches syncs between measurements so one target's writeback does not
 // land on the next one's clock. (Page caches are kept: "warm".)
 func dropCaches() { syscall.Sync() }
@@ -171,6 +210,9 @@ func workloads(tarball string) []workload {
 		{"create", "ops/s", func(dir string) (float64, error) { return files(dir, "create") }},
 		{"stat", "ops/s", func(dir string) (float64, error) { return files(dir, "stat") }},
 		{"unlink", "ops/s", func(dir string) (float64, error) { return files(dir, "unlink") }},
+		// statfs always goes to the FUSE server: the floor of every
+		// operation the kernel cannot answer from its caches.
+		{"statfs (round trip)", "ops/s", func(dir string) (float64, error) { return statfs(dir) }},
 		{"tar-x-go-tree", "s", func(dir string) (float64, error) { return timed(dir, "tar", "-xf", tarball) }},
 		{"git-add-commit", "s", func(dir string) (float64, error) {
 			if err := exec.Command("tar", "-C", dir, "-xf", tarball).Run(); err != nil {
@@ -319,6 +361,18 @@ func files(dir, phase string) (float64, error) {
 		return 0, err
 	}
 	return float64(*nFiles) / time.Since(start).Seconds(), nil
+}
+
+func statfs(dir string) (float64, error) {
+	const n = 20000
+	var st syscall.Statfs_t
+	start := time.Now()
+	for range n {
+		if err := syscall.Statfs(dir, &st); err != nil {
+			return 0, err
+		}
+	}
+	return n / time.Since(start).Seconds(), nil
 }
 
 // snapshotBench times `cairn snapshot` (the CLI, wall clock) of a workspace
