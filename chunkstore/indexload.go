@@ -93,6 +93,12 @@ func (s *Store) loadIndex(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.refreshMu.Lock()
+	s.knownIndex = make(map[ID]bool, len(ids))
+	for _, id := range ids {
+		s.knownIndex[id] = true
+	}
+	s.refreshMu.Unlock()
 	if len(superseded) > 0 {
 		// Rare: a file that supersedes others was loaded alongside them.
 		// Load again without the superseded ones, so that their (possibly
@@ -108,6 +114,34 @@ func (s *Store) loadIndex(ctx context.Context) error {
 			live[id] = true
 		}
 		s.cache.prune(live)
+	}
+	return nil
+}
+
+// refreshIndex loads the index files that other writers (other daemons,
+// other machines) added since this store loaded its index: a blob missing
+// from the index may be one of theirs (a snapshot made elsewhere).
+func (s *Store) refreshIndex(ctx context.Context) error {
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
+	var fresh []ID
+	err := s.be.List(ctx, "index/", func(info backend.Info) error {
+		if id, err := ParseID(strings.TrimPrefix(info.Key, "index/")); err == nil && !s.knownIndex[id] {
+			fresh = append(fresh, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("list index files: %w", err)
+	}
+	if _, err := s.loadIndexFiles(ctx, fresh, nil); err != nil {
+		return err
+	}
+	if s.knownIndex == nil {
+		s.knownIndex = make(map[ID]bool)
+	}
+	for _, id := range fresh {
+		s.knownIndex[id] = true
 	}
 	return nil
 }

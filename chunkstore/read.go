@@ -34,7 +34,12 @@ func (s *Store) blob(ctx context.Context, id ID) (BlobKind, []byte, error) {
 
 	packID, loc, ok := s.idx.lookup(id)
 	if !ok {
-		return 0, nil, fmt.Errorf("%w: blob %s is not in the store's index", ErrNotFound, id)
+		if err := s.refreshIndex(ctx); err != nil {
+			return 0, nil, fmt.Errorf("blob %s is not in the store's index, and reloading the index failed: %w", id, err)
+		}
+		if packID, loc, ok = s.idx.lookup(id); !ok {
+			return 0, nil, fmt.Errorf("%w: blob %s is not in the store's index", ErrNotFound, id)
+		}
 	}
 	rc, err := s.be.Get(ctx, packKey(packID), int64(loc.offset), int64(loc.stored))
 	if err != nil {

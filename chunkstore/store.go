@@ -67,6 +67,9 @@ type Store struct {
 	uploadErr error              // why the last upload failed
 	unindexed []indexPack        // uploaded packs awaiting an index file
 	stats     Stats
+
+	refreshMu  sync.Mutex  // one refreshIndex at a time; guards knownIndex
+	knownIndex map[ID]bool // index files in idx: loaded or written by this store
 }
 
 // Stats counts what a store has done since it was opened, plus the size of

@@ -310,5 +310,11 @@ func (s *Store) writeIndex(ctx context.Context, f *indexFile) error {
 	if s.cache != nil {
 		s.cache.store(id, data) // best effort: a missing cache entry is fetched again
 	}
+	s.refreshMu.Lock()
+	if s.knownIndex == nil {
+		s.knownIndex = make(map[ID]bool)
+	}
+	s.knownIndex[id] = true
+	s.refreshMu.Unlock()
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 //	GET  /v1/status    -> StatusReply
 //	POST /v1/snapshot  SnapshotRequest -> SnapshotReply
 //	POST /v1/rollback  RollbackRequest -> RollbackReply
+//	POST /v1/livetree  -> LiveTreeReply
 //	POST /v1/unmount   -> {} (the daemon flushes, unmounts and exits)
 //
 // Errors come back as a non-2xx status with ErrorReply.
@@ -61,12 +62,21 @@ type SnapshotReply struct {
 // RollbackRequest asks to reset the live state to a snapshot.
 type RollbackRequest struct {
 	To string `json:"to"` // a snapshot reference (chunkstore.Resolve)
+	// Force rolls back even while files are open; their handles then fail
+	// with ESTALE.
+	Force bool `json:"force,omitempty"`
 }
 
 // RollbackReply names the snapshot of the discarded state.
 type RollbackReply struct {
 	To        string `json:"to"`
 	Discarded string `json:"discarded"`
+}
+
+// LiveTreeReply names the root tree of the live state (stored, not a
+// snapshot): what `cairn diff` compares with.
+type LiveTreeReply struct {
+	Root string `json:"root"`
 }
 
 // ErrorReply is the body of a failed request.
@@ -183,6 +193,12 @@ func (c *Client) Snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotRe
 func (c *Client) Rollback(ctx context.Context, req RollbackRequest) (*RollbackReply, error) {
 	var r RollbackReply
 	return &r, c.call(ctx, http.MethodPost, "/v1/rollback", req, &r)
+}
+
+// LiveTree stores the live state's trees and returns the root's ID.
+func (c *Client) LiveTree(ctx context.Context) (*LiveTreeReply, error) {
+	var r LiveTreeReply
+	return &r, c.call(ctx, http.MethodPost, "/v1/livetree", struct{}{}, &r)
 }
 
 // Unmount asks the daemon to flush, unmount and exit.

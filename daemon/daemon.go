@@ -209,6 +209,7 @@ func (d *daemon) routes() *http.ServeMux {
 	})
 	mux.HandleFunc("POST /v1/snapshot", handle(d.snapshot))
 	mux.HandleFunc("POST /v1/rollback", handle(d.rollback))
+	mux.HandleFunc("POST /v1/livetree", handle(d.liveTree))
 	mux.HandleFunc("POST /v1/unmount", func(w http.ResponseWriter, r *http.Request) {
 		d.stopOnce.Do(func() { close(d.stop) })
 		reply(w, struct{}{}, nil)
@@ -305,11 +306,24 @@ func (d *daemon) rollback(ctx context.Context, req RollbackRequest) (*RollbackRe
 	if err := syncfs(d.dir); err != nil {
 		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
 	}
-	discarded, err := d.j.Rollback(ctx, to)
+	discarded, err := d.j.Rollback(ctx, to, req.Force)
 	if err != nil {
 		return nil, err
 	}
 	return &RollbackReply{To: to.String(), Discarded: discarded.String()}, nil
+}
+
+func (d *daemon) liveTree(ctx context.Context, _ struct{}) (*LiveTreeReply, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := syncfs(d.dir); err != nil {
+		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
+	}
+	root, err := d.j.LiveTree(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &LiveTreeReply{Root: root.String()}, nil
 }
 
 func syncfs(dir string) error {

@@ -1,7 +1,11 @@
 package fs
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -86,4 +90,38 @@ func (i invalidator) InvalidateAll() {
 		return true
 	})
 	s.InodeNotify(uint64(journal.RootIno), 0, -1)
+	// Names (positive and negative dentries) are cached per directory
+	// entry, which the inode notifications above do not reach: bump the
+	// connection's epoch, which makes the kernel look every name up again.
+	if err := incEpoch(); err != nil {
+		i.f.opts.Logf("cairn: the kernel's cached names could not be dropped (%v): names may resolve to the old state until remount", err)
+	}
+}
+
+// notifyIncEpoch is FUSE_NOTIFY_INC_EPOCH (Linux 6.16), which go-fuse
+// does not send.
+const notifyIncEpoch = 8
+
+// incEpoch sends FUSE_NOTIFY_INC_EPOCH on this process's /dev/fuse
+// connection (the daemon serves one mount).
+func incEpoch() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target != "/dev/fuse" {
+			continue
+		}
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var msg [16]byte // fuse_out_header: len, error (the notify code), unique 0
+		binary.LittleEndian.PutUint32(msg[0:], uint32(len(msg)))
+		binary.LittleEndian.PutUint32(msg[4:], notifyIncEpoch)
+		_, err = syscall.Write(fd, msg[:])
+		return err
+	}
+	return errors.New("no /dev/fuse descriptor")
 }

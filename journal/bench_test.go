@@ -151,7 +151,7 @@ func BenchmarkRollback(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		if _, err := j.Rollback(ctx, base); err != nil {
+		if _, err := j.Rollback(ctx, base, true); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,12 +1,10 @@
 package journal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -56,6 +54,36 @@ type committer struct {
 
 // snapshotLocked takes a snapshot. A detached snapshot only reaches the
 // store: the ref does not move and the journal's state is not touched (the
+
+// LiveTree stores the trees of the live state (and the content of its
+// dirty files) and returns the root tree's ID, without making a snapshot:
+// what `cairn diff` compares a snapshot with. O(changed) like Snapshot;
+// the next snapshot finds the blobs stored already.
+func (j *Journal) LiveTree(ctx context.Context) (chunkstore.ID, error) {
+	if err := j.lock(); err != nil {
+		return chunkstore.ID{}, err
+	}
+	defer j.mu.Unlock()
+	c := &committer{j: j, ctx: ctx, files: make(map[Ino]committedFile), counted: make(map[uint64]bool)}
+	var rootTree chunkstore.ID
+	err := j.db.View(func(txn *badger.Txn) error {
+		c.txn = txn
+		root, err := j.getInode(txn, RootIno)
+		if err != nil {
+			return err
+		}
+		rootTree, err = c.dir(root, "")
+		return err
+	})
+	if err == nil {
+		err = j.store.Flush(ctx)
+	}
+	if err != nil {
+		return chunkstore.ID{}, fmt.Errorf("trees of the live state of %q: %w", j.cfg.Workspace, err)
+	}
+	return rootTree, nil
+}
+
 // state before a rollback, which the rollback is about to discard).
 func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, detached bool) (chunkstore.ID, *chunkstore.Snapshot, error) {
 	before := j.store.Stats()
@@ -372,30 +400,17 @@ func (j *Journal) xattrs(txn *badger.Txn, ino Ino) ([]chunkstore.Xattr, error) {
 // one. Directory entries are reported when added or removed, or when their
 // own metadata changed; changes inside them are reported by their own diff.
 func (c *committer) diff(prev, cur *chunkstore.Tree, path string) {
-	i, k := 0, 0
-	for i < len(prev.Entries) || k < len(cur.Entries) {
-		switch {
-		case k == len(cur.Entries) || (i < len(prev.Entries) && prev.Entries[i].Name < cur.Entries[k].Name):
-			e := &prev.Entries[i]
-			c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + e.Name, Op: chunkstore.ChangeRemoved, Size: e.Size})
-			i++
-		case i == len(prev.Entries) || cur.Entries[k].Name < prev.Entries[i].Name:
-			e := &cur.Entries[k]
-			c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + e.Name, Op: chunkstore.ChangeAdded, Size: e.Size})
-			c.countChanged(e)
-			k++
-		default:
-			a, b := &prev.Entries[i], &cur.Entries[k]
-			if op, ok := entryChange(a, b); ok {
-				c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + b.Name, Op: op, Size: b.Size})
-				if op == chunkstore.ChangeModified {
-					c.countChanged(b)
-				}
-			}
-			i++
-			k++
+	chunkstore.DiffEntries(prev, cur, func(op chunkstore.ChangeOp, before, after *chunkstore.Entry) {
+		switch op {
+		case chunkstore.ChangeRemoved:
+			c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + before.Name, Op: op, Size: before.Size})
+		case chunkstore.ChangeAdded, chunkstore.ChangeModified:
+			c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + after.Name, Op: op, Size: after.Size})
+			c.countChanged(after)
+		case chunkstore.ChangeMetadataOnly:
+			c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + after.Name, Op: op, Size: after.Size})
 		}
-	}
+	})
 }
 
 func (c *committer) countChanged(e *chunkstore.Entry) {
@@ -404,26 +419,4 @@ func (c *committer) countChanged(e *chunkstore.Entry) {
 		c.stats.ChangedFiles++
 		c.stats.ChangedBytes += e.Size
 	}
-}
-
-// entryChange classifies how an entry changed: content (modified), or only
-// metadata. Times alone do not count, nor a directory's subtree (its own
-// diff reports what changed inside).
-func entryChange(a, b *chunkstore.Entry) (chunkstore.ChangeOp, bool) {
-	if a.Type != b.Type || a.Ino != b.Ino {
-		return chunkstore.ChangeModified, true
-	}
-	if b.Type == chunkstore.TypeRegular && (a.Size != b.Size || !bytes.Equal(a.Inline, b.Inline) ||
-		!slices.Equal(a.Chunks, b.Chunks) || !slices.Equal(a.ChunkLists, b.ChunkLists)) {
-		return chunkstore.ChangeModified, true
-	}
-	if b.Type == chunkstore.TypeSymlink && a.Target != b.Target {
-		return chunkstore.ChangeModified, true
-	}
-	if a.Mode != b.Mode || a.UID != b.UID || a.GID != b.GID || a.Rdev != b.Rdev || a.Nlink != b.Nlink || !slices.EqualFunc(a.Xattrs, b.Xattrs, func(x, y chunkstore.Xattr) bool {
-		return x.Name == y.Name && bytes.Equal(x.Value, y.Value)
-	}) {
-		return chunkstore.ChangeMetadataOnly, true
-	}
-	return 0, false
 }

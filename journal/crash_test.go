@@ -905,7 +905,7 @@ func (c *crashChildRun) do(op *crashOp) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		id, err := j.Rollback(ctx, to)
+		id, err := j.Rollback(ctx, to, true)
 		return id.String(), err
 	case "create", "mkdir", "symlink":
 		pino, name, err := c.resolveParent(op.P)

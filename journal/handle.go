@@ -76,6 +76,14 @@ func (j *Journal) Open(ctx context.Context, c Caller, ino Ino, write, backing bo
 	return h, nil
 }
 
+// Stale reports whether h was opened before a rollback: the file it named
+// is gone from the live state, and operations on it fail with ErrStale.
+func (j *Journal) Stale(h *Handle) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return h.epoch != j.m.Epoch
+}
+
 // mayPassThrough reports whether n may be handed to the kernel.
 func (j *Journal) mayPassThrough(n *inode, write bool) bool {
 	if !write {

@@ -185,7 +185,7 @@ func TestJournal_SnapshotAndFork(t *testing.T) {
 		t.Errorf("second record: seq %d parents %v changed %d changes %+v", rec2.Seq, rec2.Parents, rec2.Stats.ChangedFiles, rec2.Changes)
 	}
 	// Rollback to the first.
-	discarded, err := j.Rollback(ctx, snap)
+	discarded, err := j.Rollback(ctx, snap, false)
 	if err != nil {
 		t.Fatal(err)
 	}

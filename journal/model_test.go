@@ -638,7 +638,7 @@ func (mm *modelMachine) Rollback(t *rapid.T) {
 	}
 	defer mm.tick()
 	to := rapid.SampledFrom(mm.snaps).Draw(t, "to")
-	discarded, err := mm.j.Rollback(mm.ctx, to)
+	discarded, err := mm.j.Rollback(mm.ctx, to, true)
 	if err != nil {
 		t.Fatalf("Rollback to %s: %v", to.Short(), err)
 	}

@@ -21,11 +21,17 @@ import (
 // moves to a fresh, empty namespace (epoch) whose directories load lazily
 // from to's trees; the old namespace and its staging files are deleted in
 // the background. The Invalidator is told to drop every kernel cache.
-func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID) (chunkstore.ID, error) {
+//
+// While files are open Rollback refuses (ErrBusy) unless force is set;
+// forced, handles opened before it are stale (see Stale).
+func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (chunkstore.ID, error) {
 	if err := j.lock(); err != nil {
 		return chunkstore.ID{}, err
 	}
 	defer j.mu.Unlock()
+	if n := len(j.opens); n > 0 && !force {
+		return chunkstore.ID{}, fmt.Errorf("%w: %d open files in workspace %q; close them, or force the rollback (their handles then fail with ESTALE)", ErrBusy, n, j.cfg.Workspace)
+	}
 	target, err := j.store.Snapshot(ctx, to)
 	if err != nil {
 		return chunkstore.ID{}, fmt.Errorf("rollback of %q to %s: %w", j.cfg.Workspace, to.Short(), err)

@@ -36,7 +36,8 @@ func newApp() *cli.App {
 				EnvVars: []string{"CAIRN_STORE"},
 			},
 		},
-		Commands:        []*cli.Command{newInitCommand(), newMountCommand(), newUnmountCommand(), newSnapshotCommand(), newStatusCommand()},
+		Commands: []*cli.Command{newInitCommand(), newMountCommand(), newUnmountCommand(), newSnapshotCommand(), newStatusCommand(),
+			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // exit codes are decided in exitCode
 		OnUsageError:    onUsageError,
