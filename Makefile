@@ -27,7 +27,7 @@ FUZZ_TARGETS := \
 	./journal:FuzzDecodeInode \
 	./journal:FuzzDecodeMeta
 
-.PHONY: all build test unit race fuzz bench fsbench lint tools debs demo clean
+.PHONY: all build test unit race fuzz bench fsbench torture lint tools debs demo clean
 
 all: build
 
@@ -63,6 +63,10 @@ bench: tools
 	$(GO) test -run '^$$' -bench 'Memory100k' -benchtime 1x ./journal/
 	$(GO) test -run '^$$' -bench 'CreateOpenRelease' -benchtime 5000x ./journal/
 	$(MAKE) --no-print-directory fsbench
+
+## torture: the history torture test at 1000 cycles (make test runs 100).
+torture: build
+	$(GO) test ./integration -run TestHistory_Torture -count=1 -timeout 60m -history.torture.cycles=1000
 
 ## fsbench: ext4 vs a plain go-fuse loopback vs cairn, side by side (root, /dev/fuse).
 fsbench: build

@@ -178,7 +178,14 @@ func scratchFS(base string, size int64) (func(), error) {
 		return nil, fmt.Errorf("mount the scratch ext4 (or run with -scratch 0): %v: %s", err, out)
 	}
 	return func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+		// The cairn daemon may still be exiting: retry, then detach.
+		for range 50 {
+			if exec.Command("umount", mnt).Run() == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if out, err := exec.Command("umount", "-l", mnt).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "fsbench: umount %s: %v: %s\n", mnt, err, out)
 		}
 	}, nil
