@@ -51,7 +51,11 @@ fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 0 $$pkg > /tmp/cairn-fuzz.log 2>&1 || { cat /tmp/cairn-fuzz.log; exit 1; }; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 0 $$pkg > /tmp/cairn-fuzz.log 2>&1 || \
+		{ grep -q 'context deadline exceeded' /tmp/cairn-fuzz.log && ! grep -q 'Failing input' /tmp/cairn-fuzz.log && \
+		  echo "  (the fuzzer's own deadline flake on a busy machine, no failing input: once more)" && \
+		  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 0 $$pkg > /tmp/cairn-fuzz.log 2>&1; } || \
+		{ cat /tmp/cairn-fuzz.log; exit 1; }; \
 	done
 
 ## bench: the performance figures, as Go benchmarks (MB/s via b.SetBytes).
