@@ -37,7 +37,7 @@ func newApp() *cli.App {
 			},
 		},
 		Commands: []*cli.Command{newInitCommand(), newMountCommand(), newUnmountCommand(), newSnapshotCommand(), newStatusCommand(),
-			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand()},
+			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand(), newExportCommand(), newImportCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // exit codes are decided in exitCode
 		OnUsageError:    onUsageError,
