@@ -118,7 +118,7 @@ func runDiff(ctx context.Context, w, errw io.Writer, g globals, st *chunkstore.S
 	if statOnly {
 		s := rep.Stat
 		fmt.Fprintf(w, "%d added, %d modified, %d removed, %d metadata only; %s in added and modified files\n",
-			s.Added, s.Modified, s.Removed, s.MetadataOnly, humanBytes(s.Bytes))
+			s.Added, s.Modified, s.Removed, s.MetadataOnly, bytesString(s.Bytes))
 	}
 	return nil
 }

@@ -110,7 +110,7 @@ func runLog(ctx context.Context, w io.Writer, st *chunkstore.Store, ref string, 
 			msg = strings.TrimSpace(msg + " " + l)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d files, %s\t%s\t%s\n", e.ID[:12], e.Ref, e.Time.Local().Format("2006-01-02 15:04:05"),
-			e.Stats.ChangedFiles, humanBytes(e.Stats.ChangedBytes), humanBytes(e.Stats.NewBytes), strings.ReplaceAll(msg, "\n", " "))
+			e.Stats.ChangedFiles, bytesString(e.Stats.ChangedBytes), bytesString(e.Stats.NewBytes), strings.ReplaceAll(msg, "\n", " "))
 	}
 	return tw.Flush()
 }
@@ -129,20 +129,6 @@ func formatLabels(m map[string]string) string {
 		fmt.Fprintf(&b, "[%s=%s]", k, m[k])
 	}
 	return b.String()
-}
-
-// humanBytes formats n for people: 0 B, 512 B, 1.5 KiB, 12 MiB.
-func humanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // showRecord is `cairn show --json`: the record with its ID and changes.
@@ -219,8 +205,8 @@ func runShow(ctx context.Context, w io.Writer, st *chunkstore.Store, ref string,
 		fmt.Fprintf(w, "  %s: %s\n", k, snap.Provenance[k])
 	}
 	s := snap.Stats
-	fmt.Fprintf(w, "contents  %d files, %d dirs, %d symlinks, %d others, %s\n", s.Files, s.Dirs, s.Symlinks, s.Others, humanBytes(s.Bytes))
-	fmt.Fprintf(w, "changed   %d files, %s; stored %d new blobs, %s\n", s.ChangedFiles, humanBytes(s.ChangedBytes), s.NewBlobs, humanBytes(s.NewBytes))
+	fmt.Fprintf(w, "contents  %d files, %d dirs, %d symlinks, %d others, %s\n", s.Files, s.Dirs, s.Symlinks, s.Others, bytesString(s.Bytes))
+	fmt.Fprintf(w, "changed   %d files, %s; stored %d new blobs, %s\n", s.ChangedFiles, bytesString(s.ChangedBytes), s.NewBlobs, bytesString(s.NewBytes))
 	for _, x := range snap.Excluded {
 		fmt.Fprintf(w, "excluded  %q: %s\n", x.Path, x.Reason)
 	}

@@ -112,6 +112,7 @@ func must[T any](v T, err error) (T, string) {
 	return v, ""
 }
 
+// bytesString formats n for people: 512 B, 1.5 KiB, 12.0 MiB.
 func bytesString(n uint64) string {
 	const unit = 1024
 	if n < unit {
