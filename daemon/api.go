@@ -19,6 +19,7 @@ import (
 //	GET  /v1/status    -> StatusReply
 //	POST /v1/snapshot  SnapshotRequest -> SnapshotReply
 //	POST /v1/rollback  RollbackRequest -> RollbackReply
+//	POST /v1/restore   RestoreRequest -> RestoreReply
 //	POST /v1/livetree  -> LiveTreeReply
 //	POST /v1/unmount   -> {} (the daemon flushes, unmounts and exits)
 //
@@ -71,6 +72,23 @@ type RollbackRequest struct {
 type RollbackReply struct {
 	To        string `json:"to"`
 	Discarded string `json:"discarded"`
+}
+
+// RestoreRequest asks to revert paths of the live state to a snapshot.
+type RestoreRequest struct {
+	From  string   `json:"from"`  // a snapshot reference (chunkstore.Resolve)
+	Paths []string `json:"paths"` // relative to the workspace root
+}
+
+// RestoreReply says what was restored and names the snapshot of the state
+// before.
+type RestoreReply struct {
+	From   string                 `json:"from"`
+	Before string                 `json:"before"`
+	Paths  []journal.RestoredPath `json:"paths"`
+	// Snapshot is the snapshot taken after an offline restore (which has
+	// no live state to leave the change in); empty on a mounted workspace.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // LiveTreeReply names the root tree of the live state (stored, not a
@@ -193,6 +211,12 @@ func (c *Client) Snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotRe
 func (c *Client) Rollback(ctx context.Context, req RollbackRequest) (*RollbackReply, error) {
 	var r RollbackReply
 	return &r, c.call(ctx, http.MethodPost, "/v1/rollback", req, &r)
+}
+
+// Restore reverts paths of the live workspace to a snapshot.
+func (c *Client) Restore(ctx context.Context, req RestoreRequest) (*RestoreReply, error) {
+	var r RestoreReply
+	return &r, c.call(ctx, http.MethodPost, "/v1/restore", req, &r)
 }
 
 // LiveTree stores the live state's trees and returns the root's ID.

@@ -209,6 +209,7 @@ func (d *daemon) routes() *http.ServeMux {
 	})
 	mux.HandleFunc("POST /v1/snapshot", handle(d.snapshot))
 	mux.HandleFunc("POST /v1/rollback", handle(d.rollback))
+	mux.HandleFunc("POST /v1/restore", handle(d.restore))
 	mux.HandleFunc("POST /v1/livetree", handle(d.liveTree))
 	mux.HandleFunc("POST /v1/unmount", func(w http.ResponseWriter, r *http.Request) {
 		d.stopOnce.Do(func() { close(d.stop) })
@@ -311,6 +312,23 @@ func (d *daemon) rollback(ctx context.Context, req RollbackRequest) (*RollbackRe
 		return nil, err
 	}
 	return &RollbackReply{To: to.String(), Discarded: discarded.String()}, nil
+}
+
+func (d *daemon) restore(ctx context.Context, req RestoreRequest) (*RestoreReply, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	from, err := d.store.Resolve(ctx, req.From)
+	if err != nil {
+		return nil, err
+	}
+	if err := syncfs(d.dir); err != nil {
+		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
+	}
+	res, err := d.j.Restore(ctx, from, req.Paths)
+	if err != nil {
+		return nil, err
+	}
+	return &RestoreReply{From: from.String(), Before: res.Before.String(), Paths: res.Paths}, nil
 }
 
 func (d *daemon) liveTree(ctx context.Context, _ struct{}) (*LiveTreeReply, error) {

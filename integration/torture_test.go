@@ -16,7 +16,7 @@ import (
 var tortureCycles = flag.Int("history.torture.cycles", 100, "cycles of the history torture test (make torture runs 1000)")
 
 // TestHistory_Torture runs cycles of random writes, snapshots, forks,
-// rollbacks, remounts and unmounts over several workspaces, and checks
+// rollbacks, restores, remounts and unmounts over several workspaces, and checks
 // after every step that each mounted workspace's tree is exactly its model:
 // no lost write, no stray file.
 func TestHistory_Torture(t *testing.T) {
@@ -37,9 +37,15 @@ func TestHistory_Torture(t *testing.T) {
 	}
 	add("t0")
 	var history []string
+	ops := map[string]int{} // what the cycles did, for the log
 	check := func(step string) {
 		t.Helper()
 		history = append(history, step)
+		for _, op := range []string{"mount", "snapshot", "fork", "rollback", "restore", "remount", "unmount"} {
+			if strings.Contains(step, ": "+op) {
+				ops[op]++
+			}
+		}
 		for _, w := range all {
 			if w.dir == "" {
 				continue
@@ -73,10 +79,56 @@ func TestHistory_Torture(t *testing.T) {
 			}
 		}
 	}
+	// restore reverts 1-3 random paths of w (files or directories that the
+	// snapshot or w has) to a random snapshot, and updates the model.
+	restore := func(w *ws) string {
+		ids := sortedKeys(snaps)
+		if len(ids) == 0 {
+			return ""
+		}
+		id := ids[rng.IntN(len(ids))]
+		src := snaps[id]
+		cands := map[string]bool{}
+		for _, m := range []map[string]string{src, w.model} {
+			for k := range m {
+				cands[k], cands[filepath.Dir(k)] = true, true
+			}
+		}
+		if len(cands) == 0 {
+			return ""
+		}
+		keys := sortedKeys(cands)
+		var paths []string
+		for range 1 + rng.IntN(3) {
+			paths = append(paths, keys[rng.IntN(len(keys))])
+		}
+		rep := decodeJSON[restoreReply](t, in.must(append([]string{"restore", "--json", "--to", w.name, id}, paths...)...))
+		snaps[rep.Before] = maps.Clone(w.model)
+		under := func(k, p string) bool { return k == p || strings.HasPrefix(k, p+"/") }
+		for _, p := range paths {
+			for k := range w.model {
+				if under(k, p) {
+					delete(w.model, k)
+				}
+			}
+			for k, v := range src {
+				if under(k, p) {
+					w.model[k] = v
+				}
+			}
+		}
+		if rep.Snapshot != "" {
+			snaps[rep.Snapshot] = maps.Clone(w.model)
+		}
+		return fmt.Sprintf("restore %v from %s", paths, id[:8])
+	}
 	for cycle := range *tortureCycles {
 		w := all[rng.IntN(len(all))]
 		step := fmt.Sprintf("cycle %d on %s", cycle, w.name)
 		if w.dir == "" {
+			if rng.IntN(2) == 0 { // restore into the unmounted workspace first
+				step += ": " + restore(w)
+			}
 			w.dir = in.mount(w.name)
 			check(step + ": mount")
 			continue
@@ -108,6 +160,7 @@ func TestHistory_Torture(t *testing.T) {
 		case op < 4: // snapshot
 			id := strings.TrimSpace(in.must("snapshot", w.name))
 			snaps[id] = maps.Clone(w.model)
+			step += ": snapshot"
 		case op < 5 && len(all) < 4: // fork a random snapshot
 			ids := sortedKeys(snaps)
 			if len(ids) == 0 {
@@ -119,6 +172,8 @@ func TestHistory_Torture(t *testing.T) {
 			f := add(name)
 			f.model = maps.Clone(snaps[id])
 			step += ": fork " + id[:8]
+		case op < 6: // restore paths from a snapshot of any workspace
+			step += ": " + restore(w)
 		case op < 7: // rollback to a snapshot of any workspace
 			ids := sortedKeys(snaps)
 			if len(ids) == 0 {
@@ -143,6 +198,7 @@ func TestHistory_Torture(t *testing.T) {
 		}
 		check(step)
 	}
+	t.Logf("%d cycles over %d workspaces: %v", *tortureCycles, len(all), ops)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

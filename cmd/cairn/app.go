@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairnfs/cairn/chunkstore"
 	"github.com/cairnfs/cairn/daemon"
+	"github.com/cairnfs/cairn/journal"
 )
 
 func absolute(p string) (string, error) { return filepath.Abs(p) }
@@ -37,7 +38,7 @@ func newApp() *cli.App {
 			},
 		},
 		Commands: []*cli.Command{newInitCommand(), newMountCommand(), newUnmountCommand(), newSnapshotCommand(), newStatusCommand(),
-			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand(), newExportCommand(), newImportCommand()},
+			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand(), newRestoreCommand(), newExportCommand(), newImportCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // exit codes are decided in exitCode
 		OnUsageError:    onUsageError,
@@ -116,8 +117,12 @@ func exitCode(w io.Writer, err error) int {
 		return exitUsage
 	case errors.Is(err, daemon.ErrNotMounted):
 		return exitNotFound
-	case errors.Is(err, daemon.ErrBusy):
+	case errors.Is(err, daemon.ErrBusy), errors.Is(err, journal.ErrBusy):
 		return exitConflict
+	case errors.Is(err, journal.ErrInvalid):
+		return exitUsage
+	case errors.Is(err, journal.ErrNotFound):
+		return exitNotFound
 	case errors.Is(err, chunkstore.ErrCorrupt):
 		return exitCorrupt
 	case errors.Is(err, chunkstore.ErrNotFound):
