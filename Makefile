@@ -62,8 +62,10 @@ fuzz:
 bench: tools
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./chunkstore/cdc/ | grep -E '^(Benchmark|ok|PASS)' || true
 	$(GO) test -run '^$$' -bench 'ChunkHash|Ingest|IndexMemory|DecodeTree' -benchtime 3x ./chunkstore/
+	$(GO) test -run '^$$' -bench 'Diff100k|Log10k' -benchtime 5x ./chunkstore/
 	$(GO) test -run '^$$' -bench 'Create|Lookup|Unlink' -benchtime 20000x ./journal/
 	$(GO) test -run '^$$' -bench 'SnapshotSmallChange|Rollback' -benchtime 50x ./journal/
+	$(GO) test -run '^$$' -bench 'Fork' -benchtime 20x ./journal/
 	$(GO) test -run '^$$' -bench 'Memory100k' -benchtime 1x ./journal/
 	$(GO) test -run '^$$' -bench 'CreateOpenRelease' -benchtime 5000x ./journal/
 	$(MAKE) --no-print-directory fsbench

@@ -3,7 +3,6 @@ package chunkstore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -100,17 +99,11 @@ func (s *Store) Changes(ctx context.Context, snap *Snapshot) ([]Change, error) {
 
 // Snapshot reads a snapshot record, verified against its ID.
 func (s *Store) Snapshot(ctx context.Context, id ID) (*Snapshot, error) {
-	data, err := backend.ReadAll(ctx, s.be, snapshotKey(id))
+	js, err := s.snapshotJSON(ctx, id)
 	if err != nil {
-		if errors.Is(err, backend.ErrNotFound) {
-			return nil, fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
-		}
-		return nil, fmt.Errorf("read snapshot %s: %w", id.Short(), err)
+		return nil, err
 	}
-	if got := s.hasher.Sum(data); got != id {
-		return nil, fmt.Errorf("%w: snapshot record %s does not match its ID (hashes to %s)", ErrCorrupt, id, got.Short())
-	}
-	snap, err := DecodeSnapshot(data)
+	snap, err := decodeSnapshotJSON(js, true)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", id.Short(), err)
 	}

@@ -66,20 +66,25 @@ func (s *Store) Resolve(ctx context.Context, ref string) (ID, error) {
 }
 
 func (s *Store) walkToSeq(ctx context.Context, ws string, id ID, seq uint64) (ID, error) {
-	for !id.IsZero() {
-		snap, err := s.Snapshot(ctx, id)
-		if err != nil {
-			return ID{}, err
-		}
+	var found ID
+	errFound := errors.New("found")
+	err := s.History(ctx, id, 0, func(id ID, snap *Snapshot) error {
 		if snap.Seq == seq {
-			return id, nil
+			found = id
+			return errFound
 		}
-		if snap.Seq < seq || len(snap.Parents) == 0 {
-			break
+		if snap.Seq < seq {
+			return errFound
 		}
-		id = snap.Parents[0]
+		return nil
+	})
+	if err != nil && err != errFound {
+		return ID{}, err
 	}
-	return ID{}, fmt.Errorf("%w: workspace %q has no snapshot @%d in its history", ErrNotFound, ws, seq)
+	if found.IsZero() {
+		return ID{}, fmt.Errorf("%w: workspace %q has no snapshot @%d in its history", ErrNotFound, ws, seq)
+	}
+	return found, nil
 }
 
 func (s *Store) noSuchWorkspace(ctx context.Context, name string) error {

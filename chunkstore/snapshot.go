@@ -345,6 +345,15 @@ func EncodeSnapshot(s *Snapshot) ([]byte, error) {
 // build does not know. The result's times are in UTC; its empty maps and
 // slices are nil.
 func DecodeSnapshot(data []byte) (*Snapshot, error) {
+	js, err := recordJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	return decodeSnapshotJSON(js, true)
+}
+
+// snapshotJSON checks a record's header and returns its decompressed JSON.
+func recordJSON(data []byte) ([]byte, error) {
 	if len(data) < len(snapshotMagic)+1 || string(data[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, fmt.Errorf("%w: not a snapshot record (bad magic)", ErrCorrupt)
 	}
@@ -375,14 +384,45 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 	if len(js) == 0 {
 		return nil, fmt.Errorf("%w: snapshot record: empty payload", ErrCorrupt)
 	}
+	return js, nil
+}
+
+// decodeSnapshotJSON decodes and checks a record's JSON. Without changes,
+// the change list is skipped (Changes stays nil): History's walks need
+// only the rest, and a list can hold MaxInlineChanges entries.
+func decodeSnapshotJSON(js []byte, changes bool) (*Snapshot, error) {
 	s := &Snapshot{}
 	d := json.NewDecoder(bytes.NewReader(js))
 	d.DisallowUnknownFields()
-	if err := d.Decode(s); err != nil {
+	// Changes decode as plain structs: Change.UnmarshalJSON would start a
+	// decoder per change, the larger part of a record's decoding time.
+	type plain Snapshot
+	w := struct {
+		*plain
+		Changes []changeJSON `json:"changes,omitempty"`
+	}{plain: (*plain)(s)}
+	var target any = &w
+	if !changes {
+		target = &struct {
+			*plain
+			Changes json.RawMessage `json:"changes,omitempty"`
+		}{plain: (*plain)(s)}
+	}
+	if err := d.Decode(target); err != nil {
 		return nil, fmt.Errorf("%w: snapshot record: JSON: %v", ErrCorrupt, err)
 	}
 	if _, err := d.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: snapshot record: data after the JSON object", ErrCorrupt)
+	}
+	if len(w.Changes) > 0 {
+		s.Changes = make([]Change, len(w.Changes))
+		for i, c := range w.Changes {
+			path, err := pathFromJSON(c.Path, c.PathBytes)
+			if err != nil {
+				return nil, fmt.Errorf("%w: snapshot record: change %d: %v", ErrCorrupt, i, err)
+			}
+			s.Changes[i] = Change{Path: path, Op: c.Op, Size: c.Size}
+		}
 	}
 	s.Version = SnapshotVersion
 	s.Time = s.Time.UTC()

@@ -196,3 +196,49 @@ func BenchmarkMemory100k(b *testing.B) {
 }
 
 func rss() uint64 { return testenv.RSS() }
+
+// BenchmarkFork: fork a workspace of 100 and of 100k files, as `cairn fork`
+// does in-process (resolve the source, check the name is free, create the
+// ref), then open the fork's journal and look at its root, as a mount does.
+// Both are O(1): the two sizes should take the same time.
+func BenchmarkFork(b *testing.B) {
+	for _, n := range []int{100, 100_000} {
+		j, _ := bigWorkspace(b, n)
+		st := j.Store()
+		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				name := fmt.Sprintf("fork-%d-%d", n, i)
+				id, err := st.Resolve(ctx, "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := st.Ref(ctx, name); err == nil {
+					b.Fatal("name taken")
+				}
+				if _, err := st.SetRef(ctx, name, id, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("files=%d+open", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				name := fmt.Sprintf("forkopen-%d-%d", n, i)
+				if _, err := st.SetRef(ctx, name, j.Base(), nil); err != nil {
+					b.Fatal(err)
+				}
+				f, err := journal.Open(ctx, journal.Config{Dir: b.TempDir(), Store: st, Workspace: name})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := f.ReadDir(ctx, journal.RootIno); err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
+		})
+	}
+}

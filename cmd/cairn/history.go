@@ -87,17 +87,13 @@ func runLog(ctx context.Context, w io.Writer, st *chunkstore.Store, ref string, 
 		return err
 	}
 	entries := []logEntry{}
-	for !id.IsZero() && (limit == 0 || len(entries) < limit) {
-		snap, err := st.Snapshot(ctx, id)
-		if err != nil {
-			return err
-		}
+	err = st.History(ctx, id, limit, func(id chunkstore.ID, snap *chunkstore.Snapshot) error {
 		entries = append(entries, logEntry{ID: id.String(), Ref: fmt.Sprintf("%s@%d", snap.Workspace, snap.Seq), Time: snap.Time,
 			Message: snap.Message, Labels: snap.Labels, Stats: snap.Stats})
-		id = chunkstore.ID{}
-		if len(snap.Parents) > 0 {
-			id = snap.Parents[0]
-		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if asJSON {
 		return writeJSON(w, entries)
