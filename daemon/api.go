@@ -17,6 +17,7 @@ import (
 // The control API: HTTP/JSON on the daemon's unix socket.
 //
 //	GET  /v1/status    -> StatusReply
+//	GET  /v1/progress  -> journal.Progress (never waits for the running operation)
 //	POST /v1/snapshot  SnapshotRequest -> SnapshotReply
 //	POST /v1/rollback  RollbackRequest -> RollbackReply
 //	POST /v1/restore   RestoreRequest -> RestoreReply
@@ -199,6 +200,13 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 func (c *Client) Status(ctx context.Context) (*StatusReply, error) {
 	var r StatusReply
 	return &r, c.call(ctx, http.MethodGet, "/v1/status", nil, &r)
+}
+
+// Progress returns the counts of the daemon's running (or last) snapshot
+// or restore.
+func (c *Client) Progress(ctx context.Context) (journal.Progress, error) {
+	var p journal.Progress
+	return p, c.call(ctx, http.MethodGet, "/v1/progress", nil, &p)
 }
 
 // Snapshot takes a snapshot of the live workspace.

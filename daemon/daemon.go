@@ -207,6 +207,7 @@ func (d *daemon) routes() *http.ServeMux {
 		v, err := d.status(r.Context())
 		reply(w, v, err)
 	})
+	mux.HandleFunc("GET /v1/progress", func(w http.ResponseWriter, _ *http.Request) { reply(w, d.j.Progress(), nil) })
 	mux.HandleFunc("POST /v1/snapshot", handle(d.snapshot))
 	mux.HandleFunc("POST /v1/rollback", handle(d.rollback))
 	mux.HandleFunc("POST /v1/restore", handle(d.restore))

@@ -1,6 +1,10 @@
 package integration
 
 import (
+	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +21,25 @@ type restoreReply struct {
 		Removed bool   `json:"removed"`
 	} `json:"paths"`
 	Snapshot string `json:"snapshot"`
+}
+
+// daemonGet GETs a path of a daemon's control API.
+func daemonGet(t *testing.T, socket, path string) string {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+	resp, err := c.Get("http://cairn" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %s %v", path, resp.Status, b, err)
+	}
+	return string(b)
 }
 
 // manifestUnder is manifest without inode numbers (restored entries get
@@ -65,6 +88,16 @@ func TestHistory_Restore(t *testing.T) {
 	rep := decodeJSON[restoreReply](t, in.must("restore", "--json", "w@1", "src", filepath.Join(dir, "README"), "extra"))
 	if rep.From != id1 || rep.Before == "" || rep.Snapshot != "" || len(rep.Paths) != 3 || !rep.Paths[1].Removed || rep.Paths[1].Path != "extra" {
 		t.Fatalf("restore reply %+v", rep)
+	}
+	// The daemon's progress counters (what a terminal shows during a long
+	// snapshot or restore) hold the restore's totals.
+	prog := decodeJSON[struct {
+		Op    string `json:"op"`
+		Busy  bool   `json:"busy"`
+		Files int    `json:"files"`
+	}](t, daemonGet(t, in.record("w").Socket, "/v1/progress"))
+	if prog.Op != "restore" || prog.Busy || prog.Files != 6 { // src, a.go, sym, sub, b.go (a-link.go is a.go), README
+		t.Errorf("progress after the restore: %+v", prog)
 	}
 	diffManifests(t, "restored src", srcAt1, manifestUnder(t, dir, "src"))
 	diffManifests(t, "restored README", readmeAt1, manifestUnder(t, dir, "README"))

@@ -86,6 +86,8 @@ func (j *Journal) LiveTree(ctx context.Context) (chunkstore.ID, error) {
 
 // state before a rollback, which the rollback is about to discard).
 func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, detached bool) (chunkstore.ID, *chunkstore.Snapshot, error) {
+	j.prog.start("snapshot")
+	defer j.prog.done()
 	before := j.store.Stats()
 	c := &committer{j: j, ctx: ctx, files: make(map[Ino]committedFile), counted: make(map[uint64]bool)}
 	var rootTree chunkstore.ID
@@ -359,7 +361,7 @@ func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error
 		if err != nil {
 			return fc, nil, j.dataErr("find the holes of the staging file", n.Ino, err)
 		}
-		if fc, err = j.store.PutSparseFile(c.ctx, f, n.Size, ranges); err != nil {
+		if fc, err = j.store.PutSparseFile(c.ctx, countingReader{f, &j.prog}, n.Size, ranges); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
 				return fc, nil, fmt.Errorf("%w: staging file of inode %d is shorter than its size %d: %v", ErrIO, n.Ino, n.Size, err)
 			}
@@ -367,6 +369,7 @@ func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error
 		}
 		up.Inline, up.Chunks, up.ChunkLists = nil, fc.Chunks, fc.ChunkLists
 	}
+	j.prog.files.Add(1)
 	c.files[n.Ino] = committedFile{fc: up.content(), inline: up.Inline}
 	c.updates = append(c.updates, &up)
 	return up.content(), up.Inline, nil

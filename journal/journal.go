@@ -66,6 +66,7 @@ type Journal struct {
 	trimmed    map[Ino]struct{}     // staging files known to hold no bytes past Size
 	opens      map[Ino]int          // open handles per inode (handle.go)
 	writers    map[Ino]*writerState // inodes open for passthrough writing
+	prog       progress             // of the running snapshot or restore
 }
 
 // meta is the journal's global state, kept under "m" keys.

@@ -81,6 +81,7 @@ type restorePlan struct {
 
 func (j *Journal) restoreLocked(ctx context.Context, from chunkstore.ID, paths []string) (RestoreResult, []restoredName, error) {
 	var res RestoreResult
+	defer j.prog.done()
 	snap, err := j.store.Snapshot(ctx, from)
 	if err != nil {
 		return res, nil, fmt.Errorf("restore from %s: %w", from.Short(), err)
@@ -100,6 +101,7 @@ func (j *Journal) restoreLocked(ctx context.Context, from chunkstore.ID, paths [
 			return res, nil, fmt.Errorf("restore: snapshot the current state first: %w", err)
 		}
 	}
+	j.prog.start("restore") // after the snapshot of the state before, which counts its own
 	var inval []restoredName
 	for _, p := range plans {
 		rp, name, err := j.restorePath(ctx, snap.Root, p)
@@ -483,6 +485,7 @@ func (j *Journal) graftEntry(txn *badger.Txn, parent Ino, e *chunkstore.Entry, l
 	}
 	ino := Ino(j.m.NextIno)
 	j.m.NextIno++
+	j.prog.files.Add(1)
 	n := &inode{Attr: Attr{
 		Ino: ino, Type: e.Type, Mode: e.Mode, UID: e.UID, GID: e.GID, Size: e.Size,
 		Nlink: 1, Rdev: e.Rdev, Atime: e.Atime, Mtime: e.Mtime, Ctime: e.Ctime,

@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -168,5 +169,30 @@ func TestJournal_Restore(t *testing.T) {
 	if got := subtree(t, j, "/docs"); !equalMaps(got, wantDocs) {
 		diffMaps(t, wantDocs, got)
 		t.Fatal("docs/README restored into a missing docs differs")
+	}
+}
+
+func TestJournal_Progress(t *testing.T) {
+	e := newEnv(t)
+	j := e.open("ws", t.TempDir(), chunkstore.ID{})
+	c := journal.Caller{}
+	if p := j.Progress(); p.Op != "" || p.Busy {
+		t.Fatalf("fresh journal: %+v", p)
+	}
+	for i, size := range []int{10, 200_000, 300_000} {
+		f := must[journal.Attr](t)(j.Create(ctx, c, journal.RootIno, "f"+string(rune('a'+i)), 0o644))
+		if _, err := j.Write(ctx, c, f.Ino, bytes.Repeat([]byte{byte(i)}, size), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1 := must[chunkstore.ID](t)(j.Snapshot(ctx, journal.SnapshotOptions{}))
+	if p := j.Progress(); p.Op != "snapshot" || p.Busy || p.Files != 3 || p.Bytes != 500_000 {
+		t.Errorf("after a snapshot of 3 files (500k bytes in chunked ones): %+v", p)
+	}
+	if _, err := j.Restore(ctx, s1, []string{"fa", "fb"}); err != nil {
+		t.Fatal(err)
+	}
+	if p := j.Progress(); p.Op != "restore" || p.Busy || p.Files != 2 {
+		t.Errorf("after a restore of 2 files: %+v", p)
 	}
 }

@@ -49,13 +49,17 @@ Examples:
 				return usageError{errors.New("restore takes SNAP PATH [PATH]")}
 			}
 			return storeAction(c, func(ctx context.Context, g globals, st *chunkstore.Store) error {
-				return runRestore(ctx, os.Stdout, g, st, c.Args().First(), c.Args().Tail(), c.String("to"), c.Bool("json"))
+				var prog io.Writer
+				if !c.Bool("json") && isTerminal(os.Stderr) {
+					prog = os.Stderr
+				}
+				return runRestore(ctx, os.Stdout, prog, g, st, c.Args().First(), c.Args().Tail(), c.String("to"), c.Bool("json"))
 			})
 		},
 	}
 }
 
-func runRestore(ctx context.Context, w io.Writer, g globals, st *chunkstore.Store, ref string, paths []string, ws string, asJSON bool) error {
+func runRestore(ctx context.Context, w, prog io.Writer, g globals, st *chunkstore.Store, ref string, paths []string, ws string, asJSON bool) error {
 	from, err := st.Resolve(ctx, ref)
 	if err != nil {
 		return err
@@ -74,9 +78,12 @@ func runRestore(ctx context.Context, w io.Writer, g globals, st *chunkstore.Stor
 	r, err := daemon.ReadRecord(g.Home, ws)
 	switch {
 	case err == nil && r.Alive():
-		rep, err = daemon.NewClient(r.Socket).Restore(ctx, daemon.RestoreRequest{From: from.String(), Paths: underMount(paths, r.Dir)})
+		cl := daemon.NewClient(r.Socket)
+		stop := watchProgress(prog, prog != nil, cl.Progress)
+		rep, err = cl.Restore(ctx, daemon.RestoreRequest{From: from.String(), Paths: underMount(paths, r.Dir)})
+		stop()
 	case err == nil || errors.Is(err, daemon.ErrNotMounted):
-		rep, err = restoreOffline(ctx, g, st, ws, from, paths)
+		rep, err = restoreOffline(ctx, prog, g, st, ws, from, paths)
 	}
 	if err != nil {
 		return err
@@ -129,7 +136,7 @@ func underMount(paths []string, mnt string) []string {
 // restoreOffline restores into an unmounted workspace: through its journal
 // on this machine, or a temporary one from its head, and snapshots the
 // result (no daemon holds live changes for it).
-func restoreOffline(ctx context.Context, g globals, st *chunkstore.Store, ws string, from chunkstore.ID, paths []string) (*daemon.RestoreReply, error) {
+func restoreOffline(ctx context.Context, prog io.Writer, g globals, st *chunkstore.Store, ws string, from chunkstore.ID, paths []string) (*daemon.RestoreReply, error) {
 	dir := daemon.PathsOf(g.Home, ws).Journal
 	if _, err := os.Stat(dir); err != nil {
 		if _, err := st.Ref(ctx, ws); err != nil {
@@ -154,6 +161,8 @@ func restoreOffline(ctx context.Context, g globals, st *chunkstore.Store, ws str
 		return nil, fmt.Errorf("open the journal of %q: %w", ws, err)
 	}
 	defer j.Close()
+	stop := watchProgress(prog, prog != nil, func(context.Context) (journal.Progress, error) { return j.Progress(), nil })
+	defer stop()
 	res, err := j.Restore(ctx, from, paths)
 	if err != nil {
 		return nil, err

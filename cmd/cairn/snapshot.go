@@ -23,6 +23,7 @@ type snapshotOptions struct {
 	Workspace string
 	Request   daemon.SnapshotRequest
 	JSON      bool
+	Progress  io.Writer // where to show progress (a terminal); nil: none
 }
 
 func newSnapshotCommand() *cli.Command {
@@ -61,8 +62,12 @@ Examples:
 			if err != nil {
 				return err
 			}
-			return runSnapshot(c.Context, os.Stdout, snapshotOptions{globals: g, Workspace: c.Args().First(), JSON: c.Bool("json"),
-				Request: daemon.SnapshotRequest{Message: c.String("message"), Labels: labels}})
+			opts := snapshotOptions{globals: g, Workspace: c.Args().First(), JSON: c.Bool("json"),
+				Request: daemon.SnapshotRequest{Message: c.String("message"), Labels: labels}}
+			if !opts.JSON && isTerminal(os.Stderr) {
+				opts.Progress = os.Stderr
+			}
+			return runSnapshot(c.Context, os.Stdout, opts)
 		},
 	}
 }
@@ -90,7 +95,10 @@ func runSnapshot(ctx context.Context, w io.Writer, opts snapshotOptions) error {
 	r, err := daemon.ReadRecord(opts.Home, opts.Workspace)
 	switch {
 	case err == nil && r.Alive():
-		rep, err = daemon.NewClient(r.Socket).Snapshot(ctx, opts.Request)
+		cl := daemon.NewClient(r.Socket)
+		stop := watchProgress(opts.Progress, opts.Progress != nil, cl.Progress)
+		rep, err = cl.Snapshot(ctx, opts.Request)
+		stop()
 	case err == nil || errors.Is(err, daemon.ErrNotMounted):
 		rep, err = snapshotOffline(ctx, opts)
 	}
@@ -124,7 +132,9 @@ func snapshotOffline(ctx context.Context, opts snapshotOptions) (*daemon.Snapsho
 		return nil, fmt.Errorf("open the journal of %q: %w", opts.Workspace, err)
 	}
 	defer j.Close()
+	stop := watchProgress(opts.Progress, opts.Progress != nil, func(context.Context) (journal.Progress, error) { return j.Progress(), nil })
 	id, err := j.Snapshot(ctx, journal.SnapshotOptions{Message: opts.Request.Message, Labels: opts.Request.Labels})
+	stop()
 	if err != nil {
 		return nil, err
 	}
