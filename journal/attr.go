@@ -3,6 +3,8 @@ package journal
 import (
 	"context"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -107,6 +109,17 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 		}
 	case plan.emptyStage:
 		_, _ = j.stagingFile(ino, true) // if this fails, openStaged creates it later
+	}
+	// A file open for passthrough writing takes its size and mtime from
+	// its staging file when the kernel wrote it (syncWriter). The truncate
+	// above moved the staging file's mtime to a moment later than the
+	// mtime just returned (which the kernel caches): set it to that mtime,
+	// and record it as known, so the snapshot and a later stat agree with
+	// what the kernel reported now.
+	if ws, ok := j.writers[ino]; ok && in.Valid&SetSize != 0 {
+		if os.Chtimes(j.stagingPath(ino), time.Time{}, time.Unix(0, a.Mtime)) == nil {
+			ws.size, ws.mtime = int64(in.Size), a.Mtime
+		}
 	}
 	return a, nil
 }
