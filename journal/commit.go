@@ -357,7 +357,7 @@ func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error
 		}
 		fc.Size = n.Size
 	} else {
-		ranges, err := dataRanges(f, n.Size)
+		ranges, err := chunkstore.DataRanges(f, n.Size)
 		if err != nil {
 			return fc, nil, j.dataErr("find the holes of the staging file", n.Ino, err)
 		}

@@ -11,8 +11,6 @@ import (
 	"syscall"
 
 	"github.com/dgraph-io/badger/v4"
-
-	"github.com/cairnfs/cairn/chunkstore"
 )
 
 // File data. A clean regular file's bytes are its committed content (inline
@@ -185,35 +183,6 @@ func (j *Journal) copyUp(n *inode, f File) error {
 		return j.dataErr("copy-up", n.Ino, err)
 	}
 	return nil
-}
-
-// dataRanges lists where staging file f holds data within its first size
-// bytes (SEEK_DATA/SEEK_HOLE), so that a snapshot stores holes as holes.
-// Bytes past the staging file's end read as zeros and are a hole. A file
-// system without SEEK_DATA reports the whole file as data.
-func dataRanges(f File, size uint64) ([]chunkstore.Range, error) {
-	var out []chunkstore.Range
-	for off := int64(0); off < int64(size); {
-		d, err := f.Seek(off, SeekData)
-		switch {
-		case errors.Is(err, syscall.ENXIO): // no data at or after off
-			return out, nil
-		case errors.Is(err, syscall.EINVAL) && off == 0:
-			return []chunkstore.Range{{Off: 0, Len: size}}, nil
-		case err != nil:
-			return nil, err
-		case d >= int64(size):
-			return out, nil
-		}
-		h, err := f.Seek(d, SeekHole)
-		if err != nil {
-			return nil, err
-		}
-		h = min(h, int64(size))
-		out = append(out, chunkstore.Range{Off: uint64(d), Len: uint64(h - d)})
-		off = h
-	}
-	return out, nil
 }
 
 // dataErr maps a staging-file error: a full disk is ErrNoSpace, anything

@@ -9,7 +9,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -164,7 +163,7 @@ func (b *builder) readFile(ctx context.Context, p string, n *node, st *unix.Stat
 		counter{b}.add(k)
 		return nil
 	}
-	ranges, err := dataRanges(f, size)
+	ranges, err := chunkstore.DataRanges(f, size)
 	if err != nil {
 		return dirErr(p, err)
 	}
@@ -188,34 +187,6 @@ func (c countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	n, err := c.r.ReadAt(p, off)
 	c.c.add(n)
 	return n, err
-}
-
-// dataRanges lists where f may hold data, with SEEK_DATA and SEEK_HOLE (a
-// file system without them: one range). The same walk as the journal's
-// staging files (journal/data.go).
-func dataRanges(f *os.File, size uint64) ([]chunkstore.Range, error) {
-	var out []chunkstore.Range
-	for off := int64(0); off < int64(size); {
-		d, err := f.Seek(off, unix.SEEK_DATA)
-		switch {
-		case errors.Is(err, syscall.ENXIO):
-			return out, nil
-		case errors.Is(err, syscall.EINVAL) && off == 0:
-			return []chunkstore.Range{{Off: 0, Len: size}}, nil
-		case err != nil:
-			return nil, err
-		case d >= int64(size):
-			return out, nil
-		}
-		h, err := f.Seek(d, unix.SEEK_HOLE)
-		if err != nil {
-			return nil, err
-		}
-		h = min(h, int64(size))
-		out = append(out, chunkstore.Range{Off: uint64(d), Len: uint64(h - d)})
-		off = h
-	}
-	return out, nil
 }
 
 // readXattrs reads a path's extended attributes (not following symlinks).
