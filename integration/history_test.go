@@ -42,7 +42,7 @@ type changeJSON struct {
 func changeSet(cs []changeJSON) []string {
 	var out []string
 	for _, c := range cs {
-		out = append(out, c.Op+" "+strings.TrimPrefix(c.Path, "/"))
+		out = append(out, c.Op+" "+c.Path)
 	}
 	slices.Sort(out)
 	return out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -402,16 +403,19 @@ func (j *Journal) xattrs(txn *badger.Txn, ino Ino) ([]chunkstore.Xattr, error) {
 // diff records the changes between a directory's previous tree and its new
 // one. Directory entries are reported when added or removed, or when their
 // own metadata changed; changes inside them are reported by their own diff.
+// Paths are relative to the root, without a leading slash, as
+// chunkstore.Change says (path is "" at the root, "/a/b" below it).
 func (c *committer) diff(prev, cur *chunkstore.Tree, path string) {
+	rel := strings.TrimPrefix(path+"/", "/")
 	chunkstore.DiffEntries(prev, cur, func(op chunkstore.ChangeOp, before, after *chunkstore.Entry) {
 		switch op {
 		case chunkstore.ChangeRemoved:
-			c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + before.Name, Op: op, Size: before.Size})
+			c.changes = append(c.changes, chunkstore.Change{Path: rel + before.Name, Op: op, Size: before.Size})
 		case chunkstore.ChangeAdded, chunkstore.ChangeModified:
-			c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + after.Name, Op: op, Size: after.Size})
+			c.changes = append(c.changes, chunkstore.Change{Path: rel + after.Name, Op: op, Size: after.Size})
 			c.countChanged(after)
 		case chunkstore.ChangeMetadataOnly:
-			c.changes = append(c.changes, chunkstore.Change{Path: path + "/" + after.Name, Op: op, Size: after.Size})
+			c.changes = append(c.changes, chunkstore.Change{Path: rel + after.Name, Op: op, Size: after.Size})
 		}
 	})
 }
