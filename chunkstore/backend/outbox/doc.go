@@ -1,0 +1,33 @@
+// Package outbox is a write-back backend: it makes a snapshot's uploads to
+// a remote store (S3) background work that survives a crash, an outage and
+// a restart of the daemon, without weakening what a ref means.
+//
+// Packs, index files and snapshot records (immutable, content-addressed)
+// are written to a local directory (fsync'd: data, then a queue record
+// renamed into place) and queued; Put returns then. Reads of queued
+// objects (Get, Stat, List) are served from the local copy, so the
+// process that wrote them sees them at once. A ref move (a conditional Put
+// of refs/WORKSPACE) is checked against the ref as this process sees it
+// (the latest queued move, else the remote's) and queued too, with the
+// value it replaces. Everything else (the store's config, leases) is
+// written through to the remote at once.
+//
+// One goroutine uploads the queue in order, several objects at a time,
+// retrying failures with exponential backoff for as long as it takes (a
+// dead S3 only delays uploads; nothing is dropped). A ref move waits until
+// every entry queued before it is uploaded, so a ref in the remote never
+// points at objects the remote lacks; it is then applied by
+// compare-and-swap: the remote must still hold the value the move
+// replaced. If another writer moved the ref first the move is lost: it is
+// dropped and reported (Pending.Lost), and the snapshot it named stays in
+// the store, where it can be forked.
+//
+// Refs seen through the outbox carry content ETags ("c-" and a hash of the
+// value): a queued value and the same value uploaded have the same ETag,
+// so a caller's compare-and-swap chain (chunkstore.Store.SetRef) does not
+// notice when its moves reach the remote.
+//
+// Wait returns when everything queued so far is uploaded (`cairn snapshot
+// --wait`, unmount); Pending says what is queued and whether uploads fail
+// (`cairn status`).
+package outbox

@@ -1,0 +1,698 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zeebo/blake3"
+
+	"github.com/cairnfs/cairn/chunkstore/backend"
+)
+
+// Options configure Open.
+type Options struct {
+	// Uploads is how many objects are uploaded at once. Default: 4.
+	Uploads int
+	// MinBackoff and MaxBackoff bound the wait between retries of a failed
+	// upload (doubling). Defaults: 100 ms and 30 s.
+	MinBackoff, MaxBackoff time.Duration
+	// Logf receives messages for operators: failed uploads (once per
+	// outage), recovery, lost compare-and-swaps. Default: none.
+	Logf func(format string, args ...any)
+}
+
+// Backend is a write-back backend over a remote one (see the package doc).
+type Backend struct {
+	remote backend.Backend
+	dir    string
+	opts   Options
+
+	refMu sync.Mutex // serialises ref moves: check and queue are one step
+
+	mu       sync.Mutex
+	cond     *sync.Cond          // signalled when an entry is queued or done, and at Close
+	next     uint64              // sequence number of the next entry
+	queue    []*entry            // entries not yet uploaded, in sequence order
+	started  int                 // queue[:started] are being uploaded or done
+	inflight int                 // object uploads running
+	objects  map[string]*entry   // key -> latest queued object entry
+	refs     map[string][]*entry // key -> queued ref entries, oldest first
+	failing  error               // the last upload error, while uploads fail
+	since    time.Time           // when uploads started failing
+	lost     []Lost              // ref moves that lost their compare-and-swap
+	uploaded uint64              // entries uploaded since Open
+	closed   bool
+	wg       sync.WaitGroup
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+// entry is one queued write: an object, or a move of a ref.
+type entry struct {
+	Seq  uint64 `json:"seq"`
+	Key  string `json:"key"`
+	Size int64  `json:"size"`
+	// Refs: the value the move replaces (PrevNone: the ref must not
+	// exist). At upload the remote ref must hold Prev, or the move lost.
+	Ref      bool      `json:"ref,omitempty"`
+	Prev     []byte    `json:"prev,omitempty"`
+	PrevNone bool      `json:"prev_none,omitempty"`
+	Queued   time.Time `json:"queued"`
+
+	data []byte // refs only: the new value (objects are read from their file)
+	done bool
+}
+
+// Lost is a ref move whose compare-and-swap lost: another writer moved the
+// ref first. The objects it points at are in the store.
+type Lost struct {
+	Key   string    // refs/WORKSPACE
+	Value []byte    // the ref value that was not written
+	Time  time.Time // when the loss was found
+}
+
+// Pending describes what is queued.
+type Pending struct {
+	Entries int       // queued writes not yet uploaded
+	Bytes   int64     // their size
+	Oldest  time.Time // when the oldest was queued (zero: none)
+	// Failing is the last upload error while uploads fail (nil once one
+	// succeeds), and Since when they started failing.
+	Failing error
+	Since   time.Time
+	// Uploaded counts the writes uploaded since Open.
+	Uploaded uint64
+	// Lost lists the ref moves that lost their compare-and-swap.
+	Lost []Lost
+}
+
+// writeBack reports whether key is written back (queued) rather than
+// written through: packs, index files and snapshot records (immutable,
+// content-addressed) and refs. Everything else (the config, leases) goes
+// to the remote at once.
+func writeBack(key string) bool {
+	return strings.HasPrefix(key, "packs/") || strings.HasPrefix(key, "index/") ||
+		strings.HasPrefix(key, "snapshots/") || isRef(key)
+}
+
+func isRef(key string) bool { return strings.HasPrefix(key, "refs/") }
+
+// Open opens (creating it if needed) the outbox in dir over remote, and
+// starts uploading what an earlier process left queued.
+func Open(remote backend.Backend, dir string, opts Options) (*Backend, error) {
+	if opts.Uploads <= 0 {
+		opts.Uploads = 4
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 100 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 30 * time.Second
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "q"), filepath.Join(dir, "data")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("outbox: %w", err)
+		}
+	}
+	b := &Backend{remote: remote, dir: dir, opts: opts, objects: map[string]*entry{}, refs: map[string][]*entry{}, next: 1}
+	b.cond = sync.NewCond(&b.mu)
+	if err := b.load(); err != nil {
+		return nil, err
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.wg.Add(1)
+	go b.run()
+	return b, nil
+}
+
+// load reads the queue an earlier process left. An entry is queued once
+// its record exists (written after its data, renamed into place), so a
+// crash leaves whole entries or none; stray data files are removed.
+func (b *Backend) load() error {
+	names, err := os.ReadDir(filepath.Join(b.dir, "q"))
+	if err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	have := map[string]bool{}
+	for _, n := range names {
+		seq, err := strconv.ParseUint(strings.TrimSuffix(n.Name(), ".json"), 10, 64)
+		if err != nil || !strings.HasSuffix(n.Name(), ".json") {
+			os.Remove(filepath.Join(b.dir, "q", n.Name())) // a temporary file of a crashed write
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(b.dir, "q", n.Name()))
+		if err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
+		e := &entry{}
+		if err := json.Unmarshal(raw, e); err != nil || e.Seq != seq || backend.ValidateKey(e.Key) != nil {
+			return fmt.Errorf("outbox %s: queue record %s is corrupt (%v); move the outbox away to start afresh (its writes are then lost)", b.dir, n.Name(), err)
+		}
+		if e.Ref {
+			if e.data, err = os.ReadFile(b.dataPath(seq)); err != nil {
+				return fmt.Errorf("outbox %s: the value of queued ref move %d: %w", b.dir, seq, err)
+			}
+		} else if fi, err := os.Stat(b.dataPath(seq)); err != nil || fi.Size() != e.Size {
+			return fmt.Errorf("outbox %s: the data of queued object %s (%d) is missing or short (%v); move the outbox away to start afresh (its writes are then lost)", b.dir, e.Key, seq, err)
+		}
+		have[strconv.FormatUint(seq, 10)] = true
+		b.queue = append(b.queue, e)
+		b.next = max(b.next, seq+1)
+	}
+	sort.Slice(b.queue, func(i, j int) bool { return b.queue[i].Seq < b.queue[j].Seq })
+	for _, e := range b.queue {
+		b.index(e)
+	}
+	datas, _ := os.ReadDir(filepath.Join(b.dir, "data"))
+	for _, d := range datas {
+		if !have[d.Name()] {
+			os.Remove(filepath.Join(b.dir, "data", d.Name()))
+		}
+	}
+	return nil
+}
+
+func (b *Backend) index(e *entry) {
+	if e.Ref {
+		b.refs[e.Key] = append(b.refs[e.Key], e)
+	} else {
+		b.objects[e.Key] = e
+	}
+}
+
+func (b *Backend) dataPath(seq uint64) string {
+	return filepath.Join(b.dir, "data", strconv.FormatUint(seq, 10))
+}
+
+// enqueue makes an entry durable (data, then its record) and queues it.
+func (b *Backend) enqueue(e *entry, data io.Reader) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	e.Seq = b.next
+	b.next++
+	b.mu.Unlock()
+	e.Queued = time.Now().UTC()
+	n, err := writeFileSync(b.dataPath(e.Seq), data)
+	if err != nil {
+		return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
+	}
+	e.Size = n
+	rec, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(b.dir, "q", strconv.FormatUint(e.Seq, 10)+".json")
+	if _, err := writeFileSync(p+".tmp", bytes.NewReader(rec)); err != nil {
+		os.Remove(b.dataPath(e.Seq))
+		return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
+	}
+	if err := syncDir(filepath.Join(b.dir, "q")); err != nil {
+		return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
+	}
+	b.mu.Lock()
+	// Entries are appended in sequence order: a later one may have been
+	// written first.
+	i := sort.Search(len(b.queue), func(i int) bool { return b.queue[i].Seq > e.Seq })
+	b.queue = slices.Insert(b.queue, i, e)
+	if i < b.started {
+		b.started++ // never: later sequence numbers start later; kept for safety
+	}
+	b.index(e)
+	b.cond.Broadcast()
+	b.mu.Unlock()
+	return nil
+}
+
+func writeFileSync(p string, r io.Reader) (int64, error) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, r)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(p)
+	}
+	return n, err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// contentTag is the ETag the outbox gives a ref value: a hash of its
+// content, the same whether the value is queued here or in the remote (a
+// ref's value carries a generation, so equal content is the same version).
+func contentTag(data []byte) string {
+	h := blake3.Sum256(data)
+	return "c-" + hex.EncodeToString(h[:16])
+}
+
+// refView returns a ref's current value as this process sees it: the
+// latest queued move, else the remote's.
+func (b *Backend) refView(ctx context.Context, key string) ([]byte, bool, error) {
+	b.mu.Lock()
+	if q := b.refs[key]; len(q) > 0 {
+		v := q[len(q)-1].data
+		b.mu.Unlock()
+		return v, true, nil
+	}
+	b.mu.Unlock()
+	data, err := backend.ReadAll(ctx, b.remote, key)
+	if errors.Is(err, backend.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return data, true, nil
+}
+
+// Get implements backend.Backend.
+func (b *Backend) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	if isRef(key) {
+		data, ok, err := b.refView(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("get %s: %w", key, backend.ErrNotFound)
+		}
+		return section(key, data, offset, length)
+	}
+	b.mu.Lock()
+	e := b.objects[key]
+	b.mu.Unlock()
+	if e == nil {
+		return b.remote.Get(ctx, key, offset, length)
+	}
+	f, err := os.Open(b.dataPath(e.Seq))
+	if err != nil {
+		// Uploaded and removed meanwhile: the remote has it.
+		return b.remote.Get(ctx, key, offset, length)
+	}
+	if offset > 0 && offset >= e.Size {
+		f.Close()
+		return nil, fmt.Errorf("get %s: offset %d of %d bytes: %w", key, offset, e.Size, backend.ErrRange)
+	}
+	n := e.Size - offset
+	if length >= 0 && length < n {
+		n = length
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.NewSectionReader(f, offset, n), f}, nil
+}
+
+func section(key string, data []byte, offset, length int64) (io.ReadCloser, error) {
+	if offset < 0 || offset > 0 && offset >= int64(len(data)) {
+		return nil, fmt.Errorf("get %s: offset %d of %d bytes: %w", key, offset, len(data), backend.ErrRange)
+	}
+	data = data[offset:]
+	if length >= 0 && length < int64(len(data)) {
+		data = data[:length]
+	}
+	return io.NopCloser(bytes.NewReader(data)), nil
+}
+
+// Stat implements backend.Backend.
+func (b *Backend) Stat(ctx context.Context, key string) (backend.Info, error) {
+	if isRef(key) {
+		data, ok, err := b.refView(ctx, key)
+		if err != nil {
+			return backend.Info{}, err
+		}
+		if !ok {
+			return backend.Info{}, fmt.Errorf("stat %s: %w", key, backend.ErrNotFound)
+		}
+		return backend.Info{Key: key, Size: int64(len(data)), ETag: contentTag(data)}, nil
+	}
+	b.mu.Lock()
+	e := b.objects[key]
+	b.mu.Unlock()
+	if e != nil {
+		return backend.Info{Key: key, Size: e.Size, ETag: "q-" + strconv.FormatUint(e.Seq, 10), ModTime: e.Queued}, nil
+	}
+	return b.remote.Stat(ctx, key)
+}
+
+// Put implements backend.Backend: packs, index files and snapshot records
+// are queued; a ref move is checked against the ref as this process sees
+// it and queued; anything else is written through.
+func (b *Backend) Put(ctx context.Context, key string, body io.ReadSeeker, cond backend.Condition) (backend.Info, error) {
+	if err := backend.ValidateKey(key); err != nil {
+		return backend.Info{}, err
+	}
+	if err := cond.Validate(); err != nil {
+		return backend.Info{}, fmt.Errorf("put %s: %w", key, err)
+	}
+	if !writeBack(key) {
+		return b.remote.Put(ctx, key, body, cond)
+	}
+	if !isRef(key) {
+		if cond != (backend.Condition{}) {
+			return backend.Info{}, fmt.Errorf("put %s: conditional writes of immutable objects are not queued", key)
+		}
+		e := &entry{Key: key}
+		if err := b.enqueue(e, body); err != nil {
+			return backend.Info{}, err
+		}
+		return backend.Info{Key: key, Size: e.Size, ETag: "q-" + strconv.FormatUint(e.Seq, 10), ModTime: e.Queued}, nil
+	}
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return backend.Info{}, fmt.Errorf("put %s: %w", key, err)
+	}
+	b.refMu.Lock()
+	defer b.refMu.Unlock()
+	prev, exists, err := b.refView(ctx, key)
+	if err != nil {
+		return backend.Info{}, fmt.Errorf("put %s: read the ref: %w", key, err)
+	}
+	switch {
+	case cond.IfNoneMatch && exists:
+		return backend.Info{}, fmt.Errorf("put %s: exists: %w", key, backend.ErrConflict)
+	case cond.IfMatch != "" && (!exists || contentTag(prev) != cond.IfMatch):
+		return backend.Info{}, fmt.Errorf("put %s: changed: %w", key, backend.ErrConflict)
+	}
+	e := &entry{Key: key, Ref: true, data: data, Prev: prev, PrevNone: !exists}
+	if err := b.enqueue(e, bytes.NewReader(data)); err != nil {
+		return backend.Info{}, err
+	}
+	return backend.Info{Key: key, Size: int64(len(data)), ETag: contentTag(data), ModTime: e.Queued}, nil
+}
+
+// List implements backend.Backend: the remote's objects and the queued
+// ones, merged in key order.
+func (b *Backend) List(ctx context.Context, prefix string, fn func(backend.Info) error) error {
+	var local []backend.Info
+	b.mu.Lock()
+	for k, e := range b.objects {
+		if strings.HasPrefix(k, prefix) {
+			local = append(local, backend.Info{Key: k, Size: e.Size, ETag: "q-" + strconv.FormatUint(e.Seq, 10), ModTime: e.Queued})
+		}
+	}
+	for k, q := range b.refs {
+		if strings.HasPrefix(k, prefix) && len(q) > 0 {
+			d := q[len(q)-1].data
+			local = append(local, backend.Info{Key: k, Size: int64(len(d)), ETag: contentTag(d)})
+		}
+	}
+	b.mu.Unlock()
+	sort.Slice(local, func(i, j int) bool { return local[i].Key < local[j].Key })
+	i := 0
+	err := b.remote.List(ctx, prefix, func(info backend.Info) error {
+		for ; i < len(local) && local[i].Key < info.Key; i++ {
+			if err := fn(local[i]); err != nil {
+				return err
+			}
+		}
+		if i < len(local) && local[i].Key == info.Key {
+			info = local[i]
+			i++
+		}
+		return fn(info)
+	})
+	if err != nil {
+		return err
+	}
+	for ; i < len(local); i++ {
+		if err := fn(local[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Delete implements backend.Backend. A key with a queued write cannot be
+// deleted until it is uploaded.
+func (b *Backend) Delete(ctx context.Context, key string) error {
+	b.mu.Lock()
+	queued := b.objects[key] != nil || len(b.refs[key]) > 0
+	b.mu.Unlock()
+	if queued {
+		return fmt.Errorf("delete %s: a write of it is still queued for upload: %w", key, backend.ErrConflict)
+	}
+	return b.remote.Delete(ctx, key)
+}
+
+// Properties implements backend.Backend: the remote's.
+func (b *Backend) Properties() backend.Properties { return b.remote.Properties() }
+
+// Close stops uploading; what is queued stays in the outbox for the next
+// Open. It does not close the remote backend.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.cond.Broadcast()
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+	return nil
+}
+
+// Pending reports what is queued.
+func (b *Backend) Pending() Pending {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := Pending{Failing: b.failing, Since: b.since, Uploaded: b.uploaded, Lost: slices.Clone(b.lost)}
+	for _, e := range b.queue {
+		if !e.done {
+			p.Entries++
+			p.Bytes += e.Size
+			if p.Oldest.IsZero() {
+				p.Oldest = e.Queued
+			}
+		}
+	}
+	return p
+}
+
+// Wait returns once everything queued before it was called is uploaded
+// (or, for a ref move, found lost), or when ctx ends.
+func (b *Backend) Wait(ctx context.Context) error {
+	b.mu.Lock()
+	target := b.next - 1
+	b.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		b.cond.Broadcast()
+		b.mu.Unlock()
+	})
+	defer stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		if len(b.queue) == 0 || b.queue[0].Seq > target {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			if b.failing != nil {
+				return fmt.Errorf("%w: %d writes still queued; uploads fail since %s: %v", err, len(b.queue), b.since.Format(time.RFC3339), b.failing)
+			}
+			return fmt.Errorf("%w: %d writes still queued", err, len(b.queue))
+		}
+		if b.closed {
+			return ErrClosed
+		}
+		b.cond.Wait()
+	}
+}
+
+// run uploads the queue in order: objects several at a time; a ref move
+// only once every entry before it is uploaded, so a ref never points at
+// objects the remote does not have.
+func (b *Backend) run() {
+	defer b.wg.Done()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		for !b.closed && (b.started >= len(b.queue) || b.inflight >= b.opts.Uploads ||
+			b.queue[b.started].Ref && b.started > 0) {
+			b.cond.Wait()
+		}
+		if b.closed {
+			for b.inflight > 0 {
+				b.cond.Wait()
+			}
+			return
+		}
+		e := b.queue[b.started]
+		b.started++
+		if e.Ref { // every entry before it is done (started == 0 above)
+			b.mu.Unlock()
+			ok, lost := b.moveRef(e)
+			b.mu.Lock()
+			if !ok { // closing
+				b.started--
+				continue
+			}
+			b.finish(e, lost)
+			continue
+		}
+		b.inflight++
+		go func() {
+			ok := b.upload(e)
+			b.mu.Lock()
+			b.inflight--
+			if ok {
+				b.finish(e, false)
+			}
+			b.cond.Broadcast()
+			b.mu.Unlock()
+		}()
+	}
+}
+
+// finish removes an uploaded (or lost) entry. b.mu is held.
+func (b *Backend) finish(e *entry, lost bool) {
+	e.done = true
+	i := slices.Index(b.queue, e)
+	b.queue = slices.Delete(b.queue, i, i+1)
+	if i < b.started {
+		b.started--
+	}
+	if e.Ref {
+		q := b.refs[e.Key]
+		if j := slices.Index(q, e); j >= 0 {
+			q = slices.Delete(q, j, j+1)
+		}
+		if len(q) == 0 {
+			delete(b.refs, e.Key)
+		} else {
+			b.refs[e.Key] = q
+		}
+		if lost {
+			b.lost = append(b.lost, Lost{Key: e.Key, Value: e.data, Time: time.Now()})
+		}
+	} else if b.objects[e.Key] == e {
+		delete(b.objects, e.Key)
+	}
+	if !lost {
+		b.uploaded++
+	}
+	os.Remove(filepath.Join(b.dir, "q", strconv.FormatUint(e.Seq, 10)+".json"))
+	os.Remove(b.dataPath(e.Seq))
+	b.cond.Broadcast()
+}
+
+// retry runs op until it succeeds or the outbox closes, backing off
+// between failures and logging the first failure and the recovery.
+func (b *Backend) retry(what string, op func() error) bool {
+	wait := b.opts.MinBackoff
+	for {
+		err := op()
+		b.mu.Lock()
+		if err == nil {
+			if b.failing != nil {
+				b.opts.Logf("outbox: uploads work again (they failed since %s)", b.since.Format(time.RFC3339))
+				b.failing = nil
+			}
+			b.mu.Unlock()
+			return true
+		}
+		if b.failing == nil {
+			b.since = time.Now()
+			b.opts.Logf("outbox: upload of %s failed: %v; retrying with backoff (writes stay queued on local disk)", what, err)
+		}
+		b.failing = err
+		b.mu.Unlock()
+		select {
+		case <-b.ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, b.opts.MaxBackoff)
+	}
+}
+
+// upload writes a queued object to the remote.
+func (b *Backend) upload(e *entry) bool {
+	return b.retry(e.Key, func() error {
+		f, err := os.Open(b.dataPath(e.Seq))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = b.remote.Put(b.ctx, e.Key, f, backend.Condition{})
+		return err
+	})
+}
+
+// moveRef applies a queued ref move to the remote by compare-and-swap: the
+// remote must hold the value the move replaced (or already the new one: a
+// crash after the write, before the entry was removed). Anything else is
+// a lost race, reported (true); the objects stay in the store.
+func (b *Backend) moveRef(e *entry) (ok, lost bool) {
+	ok = b.retry(e.Key, func() error {
+		info, err := b.remote.Stat(b.ctx, e.Key)
+		var cur []byte
+		exists := err == nil
+		switch {
+		case errors.Is(err, backend.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			if cur, err = backend.ReadAll(b.ctx, b.remote, e.Key); err != nil {
+				if errors.Is(err, backend.ErrNotFound) {
+					return errors.New("the ref changed while read")
+				}
+				return err
+			}
+		}
+		var cond backend.Condition
+		switch {
+		case exists && bytes.Equal(cur, e.data):
+			return nil // written before a crash
+		case !exists && e.PrevNone:
+			cond.IfNoneMatch = true
+		case exists && !e.PrevNone && bytes.Equal(cur, e.Prev):
+			cond.IfMatch = info.ETag
+		default:
+			lost = true
+			return nil
+		}
+		_, err = b.remote.Put(b.ctx, e.Key, bytes.NewReader(e.data), cond)
+		if errors.Is(err, backend.ErrConflict) || errors.Is(err, backend.ErrNotFound) {
+			return fmt.Errorf("the ref moved during the compare-and-swap: %w", err) // look again
+		}
+		return err
+	})
+	if lost {
+		b.opts.Logf("outbox: %s moved elsewhere before this process's move reached the store: the move is dropped; the snapshot it named is in the store (fork it to keep it)", e.Key)
+	}
+	return ok, lost
+}
