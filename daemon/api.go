@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/cairnfs/cairn/chunkstore"
+	"github.com/cairnfs/cairn/chunkstore/backend/outbox"
 	"github.com/cairnfs/cairn/journal"
 )
 
@@ -43,22 +45,74 @@ type StatusReply struct {
 	Inodes       uint64    `json:"inodes"`
 	OpenFiles    int       `json:"open_files"`
 	Passthrough  bool      `json:"passthrough"`
-	JournalBytes int64     `json:"journal_bytes"` // local disk used by the journal and staging files
-	CacheBytes   int64     `json:"cache_bytes"`   // local disk used by the store's cache
+	JournalBytes int64     `json:"journal_bytes"`     // local disk used by the journal and staging files
+	CacheBytes   int64     `json:"cache_bytes"`       // local disk used by the store's cache
+	Uploads      *Uploads  `json:"uploads,omitempty"` // a remote store's outbox
+}
+
+// Uploads is what a workspace's outbox holds: snapshots committed here
+// whose upload to the remote store has not finished.
+type Uploads struct {
+	Pending  int       `json:"pending"` // queued writes (packs, index files, records, ref moves)
+	Bytes    int64     `json:"bytes"`
+	Oldest   time.Time `json:"oldest,omitzero"`
+	Failing  string    `json:"failing,omitempty"` // the last error while uploads fail
+	Since    time.Time `json:"since,omitzero"`
+	Uploaded uint64    `json:"uploaded"` // writes uploaded since the daemon started
+	// Lost names ref moves another writer beat; their snapshots are in
+	// the store and can be forked.
+	Lost []string `json:"lost,omitempty"`
+}
+
+// UploadsOf summarises an outbox's Pending.
+func UploadsOf(p outbox.Pending) *Uploads {
+	u := &Uploads{Pending: p.Entries, Bytes: p.Bytes, Oldest: p.Oldest, Since: p.Since, Uploaded: p.Uploaded}
+	if p.Failing != nil {
+		u.Failing = p.Failing.Error()
+	}
+	for _, l := range p.Lost {
+		u.Lost = append(u.Lost, strings.TrimPrefix(l.Key, "refs/")+" -> "+lostSnapshot(l.Value))
+	}
+	return u
+}
+
+// lostSnapshot names the snapshot a lost ref value pointed at.
+func lostSnapshot(v []byte) string {
+	var r struct {
+		Snapshot string `json:"snapshot"`
+	}
+	if json.Unmarshal(v, &r) != nil || r.Snapshot == "" {
+		return "?"
+	}
+	return r.Snapshot
 }
 
 // SnapshotRequest asks for a snapshot (turn end).
 type SnapshotRequest struct {
 	Message string            `json:"message,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
+	// Wait returns only once the snapshot is uploaded and the ref moved
+	// (a remote store; a local one always is).
+	Wait bool `json:"wait,omitempty"`
+}
+
+// UnmountRequest asks the daemon to stop. It first waits for the outbox
+// to drain, unless NoWait.
+type UnmountRequest struct {
+	NoWait bool `json:"no_wait,omitempty"`
 }
 
 // SnapshotReply names the new snapshot.
 type SnapshotReply struct {
-	ID     string                   `json:"id"`
-	Seq    uint64                   `json:"seq"`
-	Stats  chunkstore.SnapshotStats `json:"stats"`
-	Millis float64                  `json:"millis"` // time the daemon took
+	ID    string                   `json:"id"`
+	Seq   uint64                   `json:"seq"`
+	Stats chunkstore.SnapshotStats `json:"stats"`
+	// Done: the snapshot is in the store and the workspace's ref points at
+	// it. Not done: committed here, uploading in the background
+	// (PendingUploads writes queued; see `cairn status`).
+	Done           bool    `json:"done"`
+	PendingUploads int     `json:"pending_uploads,omitempty"`
+	Millis         float64 `json:"millis"` // time the daemon took
 }
 
 // RollbackRequest asks to reset the live state to a snapshot.
@@ -234,6 +288,6 @@ func (c *Client) LiveTree(ctx context.Context) (*LiveTreeReply, error) {
 }
 
 // Unmount asks the daemon to flush, unmount and exit.
-func (c *Client) Unmount(ctx context.Context) error {
-	return c.call(ctx, http.MethodPost, "/v1/unmount", struct{}{}, nil)
+func (c *Client) Unmount(ctx context.Context, req UnmountRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/unmount", req, nil)
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/chunkstore"
+	"github.com/cairnfs/cairn/chunkstore/backend/outbox"
 	cfs "github.com/cairnfs/cairn/fs"
 	"github.com/cairnfs/cairn/journal"
 )
@@ -77,14 +78,39 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 	if err != nil {
 		return err
 	}
-	store, err := chunkstore.Open(ctx, be, chunkstore.Options{CacheDir: p.Cache})
+	// A remote store is written through the workspace's outbox: snapshots
+	// commit to local disk and upload in the background.
+	storeBe := be
+	var ob *outbox.Backend
+	if !be.Properties().Local {
+		if ob, err = outbox.Open(be, p.Outbox, outbox.Options{Logf: cfg.Logf}); err != nil {
+			be.Close()
+			return err
+		}
+		storeBe = ob
+	}
+	store, err := chunkstore.Open(ctx, storeBe, chunkstore.Options{CacheDir: p.Cache})
 	if err != nil {
+		if ob != nil {
+			ob.Close()
+		}
 		be.Close()
 		return fmt.Errorf("open store %s: %w", cfg.Store, err)
 	}
 	defer func() {
 		if cerr := store.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("flush the store: %w", cerr)
+		}
+		if ob != nil {
+			// Unmount drained the outbox already, unless asked not to; a
+			// signal gets a short grace. What is left uploads at the next
+			// mount (or `cairn snapshot` of the unmounted workspace).
+			wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if werr := ob.Wait(wctx); werr != nil {
+				cfg.Logf("cairn: uploads still queued at exit (%v); they continue at the next mount", werr)
+			}
+			cancel()
+			ob.Close()
 		}
 		be.Close()
 	}()
@@ -123,7 +149,7 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 	if err != nil {
 		return err
 	}
-	d := &daemon{cfg: cfg, paths: p, dir: dir, j: j, store: store, fs: f, srv: srv, started: time.Now(), stop: make(chan struct{})}
+	d := &daemon{cfg: cfg, paths: p, dir: dir, j: j, store: store, outbox: ob, fs: f, srv: srv, started: time.Now(), stop: make(chan struct{})}
 	defer d.unmount()
 
 	os.Remove(p.Socket) // a stale socket of a killed daemon
@@ -167,6 +193,7 @@ type daemon struct {
 	dir     string
 	j       *journal.Journal
 	store   *chunkstore.Store
+	outbox  *outbox.Backend // nil: a local store, written directly
 	fs      *cfs.FS
 	srv     *fuse.Server
 	started time.Time
@@ -212,10 +239,7 @@ func (d *daemon) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/rollback", handle(d.rollback))
 	mux.HandleFunc("POST /v1/restore", handle(d.restore))
 	mux.HandleFunc("POST /v1/livetree", handle(d.liveTree))
-	mux.HandleFunc("POST /v1/unmount", func(w http.ResponseWriter, r *http.Request) {
-		d.stopOnce.Do(func() { close(d.stop) })
-		reply(w, struct{}{}, nil)
-	})
+	mux.HandleFunc("POST /v1/unmount", handle(d.unmountRequest))
 	return mux
 }
 
@@ -267,6 +291,9 @@ func (d *daemon) status(ctx context.Context) (*StatusReply, error) {
 		Inodes: s.Inodes, OpenFiles: s.OpenFiles, Passthrough: d.fs.Passthrough(),
 		JournalBytes: diskUsage(d.paths.Journal), CacheBytes: diskUsage(d.paths.Cache),
 	}
+	if d.outbox != nil {
+		r.Uploads = UploadsOf(d.outbox.Pending())
+	}
 	if !s.Base.IsZero() {
 		r.Head = s.Base.String()
 		if snap, err := d.store.Snapshot(ctx, s.Base); err == nil {
@@ -295,7 +322,23 @@ func (d *daemon) snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotRe
 	if err != nil {
 		return nil, err
 	}
-	return &SnapshotReply{ID: id.String(), Seq: snap.Seq, Stats: snap.Stats, Millis: float64(time.Since(start).Microseconds()) / 1000}, nil
+	rep := &SnapshotReply{ID: id.String(), Seq: snap.Seq, Stats: snap.Stats, Done: true}
+	if d.outbox != nil {
+		if req.Wait {
+			if err := d.outbox.Wait(ctx); err != nil {
+				return nil, fmt.Errorf("snapshot %s is committed here, but its upload did not finish: %w", id.Short(), err)
+			}
+		}
+		p := d.outbox.Pending()
+		rep.PendingUploads, rep.Done = p.Entries, p.Entries == 0
+		for _, l := range p.Lost {
+			if l.Key == "refs/"+d.cfg.Workspace {
+				rep.Done = false
+			}
+		}
+	}
+	rep.Millis = float64(time.Since(start).Microseconds()) / 1000
+	return rep, nil
 }
 
 func (d *daemon) rollback(ctx context.Context, req RollbackRequest) (*RollbackReply, error) {
@@ -313,6 +356,18 @@ func (d *daemon) rollback(ctx context.Context, req RollbackRequest) (*RollbackRe
 		return nil, err
 	}
 	return &RollbackReply{To: to.String(), Discarded: discarded.String()}, nil
+}
+
+// unmountRequest drains the outbox (unless NoWait), then stops the daemon.
+// While it waits the mount keeps serving.
+func (d *daemon) unmountRequest(ctx context.Context, req UnmountRequest) (*struct{}, error) {
+	if d.outbox != nil && !req.NoWait {
+		if err := d.outbox.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("waiting for uploads to the store: %w; the workspace stays mounted (cairn unmount --no-wait leaves them queued for the next mount)", err)
+		}
+	}
+	d.stopOnce.Do(func() { close(d.stop) })
+	return &struct{}{}, nil
 }
 
 func (d *daemon) restore(ctx context.Context, req RestoreRequest) (*RestoreReply, error) {

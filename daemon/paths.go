@@ -16,10 +16,11 @@ import (
 //	HOME/workspaces/WS/journal     the journal (Badger + staging files)
 //	HOME/workspaces/WS/mount.json  the mount record, while a daemon serves it
 //	HOME/workspaces/WS/daemon.log  a detached daemon's log
+//	HOME/workspaces/WS/outbox      uploads to a remote store not done yet (package outbox)
 //	HOME/run/WS.sock               the daemon's control socket
 //	HOME/cache                     the store's local index cache
 type Paths struct {
-	Home, Dir, Journal, Record, Log, Socket, Cache string
+	Home, Dir, Journal, Record, Log, Socket, Cache, Outbox string
 }
 
 // PathsOf returns the paths of workspace ws under home.
@@ -33,6 +34,7 @@ func PathsOf(home, ws string) Paths {
 		Log:     filepath.Join(dir, "daemon.log"),
 		Socket:  filepath.Join(home, "run", ws+".sock"),
 		Cache:   filepath.Join(home, "cache"),
+		Outbox:  filepath.Join(dir, "outbox"),
 	}
 }
 

@@ -24,6 +24,7 @@ type instance struct {
 	t     *testing.T
 	home  string
 	store string
+	extra []string // more environment (S3 credentials)
 }
 
 // newInstance makes a state directory whose default local store is
@@ -38,7 +39,7 @@ func newInstance(t *testing.T) *instance {
 
 // otherMachine is a second state directory over the same store.
 func (in *instance) otherMachine() *instance {
-	return &instance{t: in.t, home: shortTempDir(in.t), store: in.store}
+	return &instance{t: in.t, home: shortTempDir(in.t), store: in.store, extra: in.extra}
 }
 
 // shortTempDir is a temporary directory with a short path: control
@@ -53,7 +54,7 @@ func shortTempDir(t *testing.T) string {
 }
 
 func (in *instance) env() []string {
-	return []string{"CAIRN_HOME=" + in.home, "CAIRN_STORE=" + in.store}
+	return append([]string{"CAIRN_HOME=" + in.home, "CAIRN_STORE=" + in.store}, in.extra...)
 }
 
 func (in *instance) run(args ...string) result {
@@ -90,7 +91,7 @@ func (in *instance) mountAt(ws, dir string, extra ...string) {
 // failed halfway), kills the daemon and detaches the mount.
 func (in *instance) cleanupMount(ws, dir string) {
 	if rec := in.record(ws); rec != nil {
-		in.run("unmount", ws)
+		in.run("unmount", "--no-wait", ws) // a test's S3 may be down: do not wait for uploads
 		if rec.alive() {
 			syscall.Kill(rec.PID, syscall.SIGKILL)
 			time.Sleep(50 * time.Millisecond)

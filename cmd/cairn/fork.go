@@ -138,11 +138,14 @@ func runRollback(ctx context.Context, w io.Writer, g globals, ws, ref string, fo
 // if this machine has one, else by moving its ref (its head is then the
 // discarded state: nothing else is live).
 func rollbackOffline(ctx context.Context, g globals, ws, ref string) (*daemon.RollbackReply, error) {
-	st, closeStore, err := openStore(ctx, g)
+	st, ob, closeStore, err := openWorkspaceStore(ctx, g, ws)
 	if err != nil {
 		return nil, err
 	}
 	defer closeStore()
+	if ob != nil {
+		defer ob.Wait(ctx) // the snapshot of the discarded state and the ref move
+	}
 	to, err := st.Resolve(ctx, ref)
 	if err != nil {
 		return nil, err

@@ -83,7 +83,7 @@ func runRestore(ctx context.Context, w, prog io.Writer, g globals, st *chunkstor
 		rep, err = cl.Restore(ctx, daemon.RestoreRequest{From: from.String(), Paths: underMount(paths, r.Dir)})
 		stop()
 	case err == nil || errors.Is(err, daemon.ErrNotMounted):
-		rep, err = restoreOffline(ctx, prog, g, st, ws, from, paths)
+		rep, err = restoreOffline(ctx, prog, g, ws, from, paths)
 	}
 	if err != nil {
 		return err
@@ -136,7 +136,15 @@ func underMount(paths []string, mnt string) []string {
 // restoreOffline restores into an unmounted workspace: through its journal
 // on this machine, or a temporary one from its head, and snapshots the
 // result (no daemon holds live changes for it).
-func restoreOffline(ctx context.Context, prog io.Writer, g globals, st *chunkstore.Store, ws string, from chunkstore.ID, paths []string) (*daemon.RestoreReply, error) {
+func restoreOffline(ctx context.Context, prog io.Writer, g globals, ws string, from chunkstore.ID, paths []string) (*daemon.RestoreReply, error) {
+	st, ob, closeStore, err := openWorkspaceStore(ctx, g, ws)
+	if err != nil {
+		return nil, err
+	}
+	defer closeStore()
+	if ob != nil {
+		defer ob.Wait(ctx)
+	}
 	dir := daemon.PathsOf(g.Home, ws).Journal
 	if _, err := os.Stat(dir); err != nil {
 		if _, err := st.Ref(ctx, ws); err != nil {

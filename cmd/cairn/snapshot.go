@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cairnfs/cairn/chunkstore"
+	"github.com/cairnfs/cairn/chunkstore/backend/outbox"
 	"github.com/cairnfs/cairn/daemon"
 	"github.com/cairnfs/cairn/journal"
 )
@@ -35,8 +36,14 @@ func newSnapshotCommand() *cli.Command {
 and moves the workspace's head to it. The kernel is flushed first, so every
 write acknowledged before the command started is in it. The work is
 O(changed): only changed files are chunked, only their directories get new
-trees. The command returns once the snapshot is durable in the store
-(--wait is accepted and is what it always does).
+trees.
+
+On a local store the command returns once the snapshot is in the store
+and the workspace's head points at it ("done"). On a remote store (S3) a
+mounted workspace commits the snapshot to local disk and uploads it in
+the background, durably (it survives a crash, an outage and a restart);
+the command says so on stderr, and "done" only once the upload finished
+and the head moved. --wait waits for that; so does unmount.
 
 A workspace that is not mounted but has a journal on this machine (its
 daemon was stopped or killed) is snapshotted from its journal.
@@ -47,7 +54,7 @@ Examples:
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "message", Aliases: []string{"m"}, Usage: "the snapshot's message"},
 			&cli.StringSliceFlag{Name: "label", Usage: "a label `K=V` (repeatable)"},
-			&cli.BoolFlag{Name: "wait", Usage: "return once durable in the store (always the case)"},
+			&cli.BoolFlag{Name: "wait", Usage: "return once uploaded to a remote store and the head moved"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: func(c *cli.Context) error {
@@ -63,7 +70,7 @@ Examples:
 				return err
 			}
 			opts := snapshotOptions{globals: g, Workspace: c.Args().First(), JSON: c.Bool("json"),
-				Request: daemon.SnapshotRequest{Message: c.String("message"), Labels: labels}}
+				Request: daemon.SnapshotRequest{Message: c.String("message"), Labels: labels, Wait: c.Bool("wait")}}
 			if !opts.JSON && isTerminal(os.Stderr) {
 				opts.Progress = os.Stderr
 			}
@@ -111,6 +118,9 @@ func runSnapshot(ctx context.Context, w io.Writer, opts snapshotOptions) error {
 		return enc.Encode(rep)
 	}
 	fmt.Fprintln(w, rep.ID)
+	if !rep.Done {
+		fmt.Fprintf(os.Stderr, "snapshot %s is committed on this machine; its upload is queued (%d writes; cairn status shows them, cairn snapshot --wait waits)\n", rep.ID[:12], rep.PendingUploads)
+	}
 	return nil
 }
 
@@ -121,7 +131,7 @@ func snapshotOffline(ctx context.Context, opts snapshotOptions) (*daemon.Snapsho
 		return nil, fmt.Errorf("%w: workspace %q is not mounted and has no journal in %s; mount it first (cairn mount %s DIR)", chunkstore.ErrNotFound, opts.Workspace, opts.Home, opts.Workspace)
 	}
 	start := time.Now()
-	store, closeStore, err := openStore(ctx, opts.globals)
+	store, ob, closeStore, err := openWorkspaceStore(ctx, opts.globals, opts.Workspace)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +152,52 @@ func snapshotOffline(ctx context.Context, opts snapshotOptions) (*daemon.Snapsho
 	if err != nil {
 		return nil, err
 	}
-	return &daemon.SnapshotReply{ID: id.String(), Seq: snap.Seq, Stats: snap.Stats, Millis: float64(time.Since(start).Microseconds()) / 1000}, nil
+	rep := &daemon.SnapshotReply{ID: id.String(), Seq: snap.Seq, Stats: snap.Stats, Done: true}
+	if ob != nil { // no daemon uploads for it: this command does
+		if err := ob.Wait(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "cairn: the upload of snapshot %s did not finish (%v); it stays queued for the next mount or snapshot\n", id.Short(), err)
+		}
+		p := ob.Pending()
+		rep.Done, rep.PendingUploads = p.Entries == 0 && len(p.Lost) == 0, p.Entries
+	}
+	rep.Millis = float64(time.Since(start).Microseconds()) / 1000
+	return rep, nil
+}
+
+// openWorkspaceStore opens the store for a command that works on an
+// unmounted workspace's journal here. A remote store goes through the
+// workspace's outbox, as the daemon's does: what a daemon queued and did
+// not upload is seen (and uploads on), and what this command writes is
+// queued first (the caller waits for it: no daemon will).
+func openWorkspaceStore(ctx context.Context, g globals, ws string) (*chunkstore.Store, *outbox.Backend, func(), error) {
+	be, err := chunkstore.OpenBackend(ctx, g.Store, false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	storeBe := be
+	var ob *outbox.Backend
+	if !be.Properties().Local {
+		if ob, err = outbox.Open(be, daemon.PathsOf(g.Home, ws).Outbox, outbox.Options{}); err != nil {
+			be.Close()
+			return nil, nil, nil, err
+		}
+		storeBe = ob
+	}
+	st, err := chunkstore.Open(ctx, storeBe, chunkstore.Options{CacheDir: filepath.Join(g.Home, "cache")})
+	if err != nil {
+		if ob != nil {
+			ob.Close()
+		}
+		be.Close()
+		return nil, nil, nil, err
+	}
+	return st, ob, func() {
+		st.Close()
+		if ob != nil {
+			ob.Close()
+		}
+		be.Close()
+	}, nil
 }
 
 // openStore opens the store of g with the state directory's cache.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -102,7 +103,31 @@ func runStatus(ctx context.Context, w io.Writer, g globals, ws string, asJSON bo
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d inodes, %s\t%d (%s)\t%s\t%s journal, %s cache\n", s.Workspace, s.Dir, state, head,
 			s.DirtyInodes, bytesString(s.DirtyBytes), s.Files, bytesString(s.Bytes), last, bytesString(uint64(s.JournalBytes)), bytesString(uint64(s.CacheBytes)))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range out {
+		if u := s.Uploads; u != nil && (u.Pending > 0 || u.Failing != "" || len(u.Lost) > 0) {
+			fmt.Fprintf(w, "%s: %s\n", s.Workspace, uploadsString(u))
+		}
+	}
+	return nil
+}
+
+// uploadsString says what a workspace's outbox holds.
+func uploadsString(u *daemon.Uploads) string {
+	msg := "all snapshots uploaded"
+	if u.Pending > 0 {
+		msg = fmt.Sprintf("%d uploads pending (%s), oldest queued %s ago", u.Pending, bytesString(uint64(u.Bytes)), time.Since(u.Oldest).Round(time.Second))
+	}
+	if u.Failing != "" {
+		msg += fmt.Sprintf("; uploads failing since %s: %s (retrying; nothing is lost)", u.Since.Local().Format(time.DateTime), u.Failing)
+	}
+	for _, l := range u.Lost {
+		ws, snap, _ := strings.Cut(l, " -> ")
+		msg += fmt.Sprintf("; another writer moved %s first: snapshot %s was not made its head (keep it: cairn fork %s NEWNAME)", ws, snap, snap)
+	}
+	return msg
 }
 
 func must[T any](v T, err error) (T, string) {

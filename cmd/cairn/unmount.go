@@ -20,13 +20,18 @@ func newUnmountCommand() *cli.Command {
 		Usage:     "flush a mounted workspace and stop its daemon",
 		ArgsUsage: "DIR|WORKSPACE",
 		Description: `Asks the daemon serving DIR (or WORKSPACE) to flush, unmount and exit, and
-waits until it has. A mount whose daemon is gone (killed) is cleaned up:
+waits until it has. A workspace on a remote store (S3) first finishes
+uploading its snapshots (the mount keeps serving meanwhile); --no-wait
+leaves them queued on local disk, to upload at the next mount. A mount
+whose daemon is gone (killed) is cleaned up:
 unmounted and its record removed; its journal stays, and the next mount
 continues from it.
 
 Examples:
    cairn unmount /workspace
-   cairn unmount agent-1`,
+   cairn unmount agent-1
+   cairn unmount --no-wait agent-1     S3 is down: leave the uploads queued`,
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "no-wait", Usage: "do not wait for uploads to a remote store; they stay queued for the next mount"}},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageError{errors.New("unmount takes DIR or WORKSPACE")}
@@ -35,12 +40,12 @@ Examples:
 			if err != nil {
 				return err
 			}
-			return runUnmount(c.Context, g, c.Args().First())
+			return runUnmount(c.Context, g, c.Args().First(), c.Bool("no-wait"))
 		},
 	}
 }
 
-func runUnmount(ctx context.Context, g globals, what string) error {
+func runUnmount(ctx context.Context, g globals, what string, noWait bool) error {
 	r, err := daemon.FindRecord(g.Home, what)
 	if errors.Is(err, daemon.ErrNotMounted) {
 		// No record here: a stale cairn mount (of another state dir, or
@@ -64,7 +69,7 @@ func runUnmount(ctx context.Context, g globals, what string) error {
 		fmt.Printf("cleaned up the stale mount of %s at %s (its daemon, pid %d, was gone; the journal is kept)\n", r.Workspace, r.Dir, r.PID)
 		return nil
 	}
-	if err := daemon.NewClient(r.Socket).Unmount(ctx); errors.Is(err, daemon.ErrStale) {
+	if err := daemon.NewClient(r.Socket).Unmount(ctx, daemon.UnmountRequest{NoWait: noWait}); errors.Is(err, daemon.ErrStale) {
 		// The process is there but does not answer: a daemon stuck or
 		// being killed. Clean up what it left.
 		if err := daemon.CleanStale(g.Home, r, ""); err != nil {

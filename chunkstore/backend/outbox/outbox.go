@@ -32,6 +32,11 @@ type Options struct {
 	// Logf receives messages for operators: failed uploads (once per
 	// outage), recovery, lost compare-and-swaps. Default: none.
 	Logf func(format string, args ...any)
+	// Keep is how many bytes of uploaded objects stay on local disk to be
+	// read from there (oldest dropped first), so that what this machine
+	// wrote (the trees the next snapshot starts from) reads without the
+	// remote, even while it is down. Default: 1 GiB; negative: none.
+	Keep int64
 }
 
 // Backend is a write-back backend over a remote one (see the package doc).
@@ -54,6 +59,10 @@ type Backend struct {
 	since    time.Time           // when uploads started failing
 	lost     []Lost              // ref moves that lost their compare-and-swap
 	uploaded uint64              // entries uploaded since Open
+	known    map[string][]byte   // refs: the value last read from or written to the remote
+	kept     map[string]int64    // uploaded objects kept locally: key -> size
+	keptList []string            // their keys, oldest first
+	keptSize int64
 	closed   bool
 	wg       sync.WaitGroup
 	ctx      context.Context
@@ -125,12 +134,15 @@ func Open(remote backend.Backend, dir string, opts Options) (*Backend, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	for _, d := range []string{dir, filepath.Join(dir, "q"), filepath.Join(dir, "data")} {
+	if opts.Keep == 0 {
+		opts.Keep = 1 << 30
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "q"), filepath.Join(dir, "data"), filepath.Join(dir, "kept")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("outbox: %w", err)
 		}
 	}
-	b := &Backend{remote: remote, dir: dir, opts: opts, objects: map[string]*entry{}, refs: map[string][]*entry{}, next: 1}
+	b := &Backend{remote: remote, dir: dir, opts: opts, objects: map[string]*entry{}, refs: map[string][]*entry{}, next: 1, kept: map[string]int64{}, known: map[string][]byte{}}
 	b.cond = sync.NewCond(&b.mu)
 	if err := b.load(); err != nil {
 		return nil, err
@@ -185,7 +197,49 @@ func (b *Backend) load() error {
 			os.Remove(filepath.Join(b.dir, "data", d.Name()))
 		}
 	}
+	// Kept objects, oldest first.
+	kept, _ := os.ReadDir(filepath.Join(b.dir, "kept"))
+	type k struct {
+		key  string
+		size int64
+		mod  time.Time
+	}
+	var ks []k
+	for _, d := range kept {
+		raw, err := hex.DecodeString(d.Name())
+		fi, ierr := d.Info()
+		if err != nil || ierr != nil || backend.ValidateKey(string(raw)) != nil {
+			os.Remove(filepath.Join(b.dir, "kept", d.Name()))
+			continue
+		}
+		ks = append(ks, k{string(raw), fi.Size(), fi.ModTime()})
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].mod.Before(ks[j].mod) })
+	for _, x := range ks {
+		b.kept[x.key] = x.size
+		b.keptList = append(b.keptList, x.key)
+		b.keptSize += x.size
+	}
+	b.evictKept()
 	return nil
+}
+
+func (b *Backend) keptPath(key string) string {
+	return filepath.Join(b.dir, "kept", hex.EncodeToString([]byte(key)))
+}
+
+// evictKept drops the oldest kept objects beyond Keep. b.mu is held (or
+// the backend is not shared yet).
+func (b *Backend) evictKept() {
+	for b.keptSize > max(b.opts.Keep, 0) && len(b.keptList) > 0 {
+		key := b.keptList[0]
+		b.keptList = b.keptList[1:]
+		if size, ok := b.kept[key]; ok {
+			b.keptSize -= size
+			delete(b.kept, key)
+			os.Remove(b.keptPath(key))
+		}
+	}
 }
 
 func (b *Backend) index(e *entry) {
@@ -291,12 +345,21 @@ func (b *Backend) refView(ctx context.Context, key string) ([]byte, bool, error)
 	}
 	b.mu.Unlock()
 	data, err := backend.ReadAll(ctx, b.remote, key)
-	if errors.Is(err, backend.ErrNotFound) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case errors.Is(err, backend.ErrNotFound):
+		delete(b.known, key)
 		return nil, false, nil
-	}
-	if err != nil {
+	case err != nil:
+		// The remote is unreachable: go on from the value last seen there.
+		// A move queued on it is checked against the remote at upload.
+		if v, ok := b.known[key]; ok {
+			return v, true, nil
+		}
 		return nil, false, err
 	}
+	b.known[key] = data
 	return data, true, nil
 }
 
@@ -314,7 +377,13 @@ func (b *Backend) Get(ctx context.Context, key string, offset, length int64) (io
 	}
 	b.mu.Lock()
 	e := b.objects[key]
+	size, kept := b.kept[key]
 	b.mu.Unlock()
+	if e == nil && kept {
+		if f, err := os.Open(b.keptPath(key)); err == nil {
+			return sectionFile(f, key, size, offset, length)
+		}
+	}
 	if e == nil {
 		return b.remote.Get(ctx, key, offset, length)
 	}
@@ -323,11 +392,16 @@ func (b *Backend) Get(ctx context.Context, key string, offset, length int64) (io
 		// Uploaded and removed meanwhile: the remote has it.
 		return b.remote.Get(ctx, key, offset, length)
 	}
-	if offset > 0 && offset >= e.Size {
+	return sectionFile(f, key, e.Size, offset, length)
+}
+
+// sectionFile reads length bytes at offset of a local copy of key.
+func sectionFile(f *os.File, key string, size, offset, length int64) (io.ReadCloser, error) {
+	if offset < 0 || offset > 0 && offset >= size {
 		f.Close()
-		return nil, fmt.Errorf("get %s: offset %d of %d bytes: %w", key, offset, e.Size, backend.ErrRange)
+		return nil, fmt.Errorf("get %s: offset %d of %d bytes: %w", key, offset, size, backend.ErrRange)
 	}
-	n := e.Size - offset
+	n := size - offset
 	if length >= 0 && length < n {
 		n = length
 	}
@@ -605,6 +679,16 @@ func (b *Backend) finish(e *entry, lost bool) {
 		b.uploaded++
 	}
 	os.Remove(filepath.Join(b.dir, "q", strconv.FormatUint(e.Seq, 10)+".json"))
+	if !e.Ref && b.opts.Keep > 0 && os.Rename(b.dataPath(e.Seq), b.keptPath(e.Key)) == nil {
+		if old, ok := b.kept[e.Key]; ok {
+			b.keptSize -= old
+		} else {
+			b.keptList = append(b.keptList, e.Key)
+		}
+		b.kept[e.Key] = e.Size
+		b.keptSize += e.Size
+		b.evictKept()
+	}
 	os.Remove(b.dataPath(e.Seq))
 	b.cond.Broadcast()
 }
@@ -686,6 +770,11 @@ func (b *Backend) moveRef(e *entry) (ok, lost bool) {
 			return nil
 		}
 		_, err = b.remote.Put(b.ctx, e.Key, bytes.NewReader(e.data), cond)
+		if err == nil {
+			b.mu.Lock()
+			b.known[e.Key] = e.data
+			b.mu.Unlock()
+		}
 		if errors.Is(err, backend.ErrConflict) || errors.Is(err, backend.ErrNotFound) {
 			return fmt.Errorf("the ref moved during the compare-and-swap: %w", err) // look again
 		}
