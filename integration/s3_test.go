@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairnfs/cairn/chunkstore/backend/s3/s3test"
+	"github.com/cairnfs/cairn/internal/s3fault"
 	"github.com/cairnfs/cairn/internal/testenv"
 )
 
@@ -103,5 +105,35 @@ func TestS3_OutboxAndResume(t *testing.T) {
 	diffManifests(t, "resumed on another machine", want, manifest(t, odir))
 	if b, _ := os.ReadFile(filepath.Join(odir, "README")); string(b) != "turn 2, written while S3 was down\n" {
 		t.Errorf("README on the other machine = %q", b)
+	}
+}
+
+// A turn-end snapshot of a one-file change costs few PUTs (packs, not an
+// object per blob): pack, index file, snapshot record, ref.
+func TestS3_PutsPerSmallTurn(t *testing.T) {
+	srv := s3test.Start(t)
+	proxy := s3fault.Start(t, srv.Endpoint)
+	testenv.NeedRoot(t, "FUSE mounts", true)
+	bucket := srv.NewBucket(t)
+	in := &instance{t: t, home: shortTempDir(t),
+		store: "s3://" + bucket + "/ws?endpoint=" + proxy.URL() + "&region=" + srv.Region,
+		extra: []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}}
+	in.must("init")
+	dir := in.mount("w")
+	files := map[string]string{}
+	for i := range 200 {
+		files[fmt.Sprintf("src/d%d/f%d.go", i%10, i)] = fmt.Sprintf("package d // %d\n", i)
+	}
+	writeFiles(t, dir, files)
+	in.must("snapshot", "--wait", "w")
+	for turn := range 3 {
+		writeFiles(t, dir, map[string]string{"src/d3/f3.go": fmt.Sprintf("package d // turn %d\n", turn)})
+		before := proxy.Stats().Requests["PUT"]
+		in.must("snapshot", "--wait", "w")
+		puts := proxy.Stats().Requests["PUT"] - before
+		t.Logf("turn %d: %d PUTs for a one-file change", turn, puts)
+		if puts > 5 {
+			t.Errorf("turn %d: %d PUTs for a one-file change, want <= 5", turn, puts)
+		}
 	}
 }
