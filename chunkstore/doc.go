@@ -11,6 +11,7 @@
 //	index/<id>             one index file per Flush: blob ID -> pack, offset, lengths (index.go)
 //	snapshots/<id>         snapshot records (snapshot.go)
 //	refs/<workspace>       a workspace's head, moved only by compare-and-swap (ref.go)
+//	leases/<workspace>     the lease of the mount that serves a workspace: holder, expiry (JSON; lease.go)
 //
 // Every ID is the keyed BLAKE3-256 of the plaintext under the store's random
 // key (id.go), so IDs reveal nothing across stores, and every read is checked
@@ -43,4 +44,7 @@
 // A Store is safe for concurrent use. Two processes may write to one store:
 // blobs and packs are content-addressed and idempotent, and refs move by
 // compare-and-swap, so two writers of one workspace can never both win.
+// A mount also holds a lease on its workspace (AcquireLease), so that two
+// machines do not serve one workspace at once by accident; leases assume
+// clocks that agree within LeaseGrace.
 package chunkstore

@@ -18,4 +18,20 @@ var (
 	ErrInvalid = errors.New("invalid argument")
 	// ErrClosed: the store was used after Close.
 	ErrClosed = errors.New("store closed")
+	// ErrLeased: another mount holds the workspace's lease, so acquiring it
+	// was refused; or a lease this process held was taken over (or deleted)
+	// and is lost. It is a kind of conflict: errors.Is(err, ErrConflict)
+	// holds too, so code that handles conflicts (exit codes, the daemon's
+	// error kinds) handles it without change.
+	ErrLeased error = &subError{msg: "leased", parent: ErrConflict}
 )
+
+// subError is a sentinel that refines another: it matches its parent
+// through Unwrap, and its text is its own.
+type subError struct {
+	msg    string
+	parent error
+}
+
+func (e *subError) Error() string { return e.msg }
+func (e *subError) Unwrap() error { return e.parent }

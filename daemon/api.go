@@ -30,24 +30,25 @@ import (
 
 // StatusReply is a mounted workspace's state.
 type StatusReply struct {
-	Workspace    string    `json:"workspace"`
-	Dir          string    `json:"dir"`
-	PID          int       `json:"pid"`
-	Store        string    `json:"store"`
-	Started      time.Time `json:"started"`
-	Head         string    `json:"head,omitempty"` // last snapshot (the journal's base)
-	Seq          uint64    `json:"seq"`
-	SnapshotTime time.Time `json:"snapshot_time,omitzero"`
-	DirtyInodes  int       `json:"dirty_inodes"`
-	DirtyBytes   uint64    `json:"dirty_bytes"`
-	Files        uint64    `json:"files"`
-	Bytes        uint64    `json:"bytes"`
-	Inodes       uint64    `json:"inodes"`
-	OpenFiles    int       `json:"open_files"`
-	Passthrough  bool      `json:"passthrough"`
-	JournalBytes int64     `json:"journal_bytes"`     // local disk used by the journal and staging files
-	CacheBytes   int64     `json:"cache_bytes"`       // local disk used by the store's cache
-	Uploads      *Uploads  `json:"uploads,omitempty"` // a remote store's outbox
+	Workspace    string       `json:"workspace"`
+	Dir          string       `json:"dir"`
+	PID          int          `json:"pid"`
+	Store        string       `json:"store"`
+	Started      time.Time    `json:"started"`
+	Head         string       `json:"head,omitempty"` // last snapshot (the journal's base)
+	Seq          uint64       `json:"seq"`
+	SnapshotTime time.Time    `json:"snapshot_time,omitzero"`
+	DirtyInodes  int          `json:"dirty_inodes"`
+	DirtyBytes   uint64       `json:"dirty_bytes"`
+	Files        uint64       `json:"files"`
+	Bytes        uint64       `json:"bytes"`
+	Inodes       uint64       `json:"inodes"`
+	OpenFiles    int          `json:"open_files"`
+	Passthrough  bool         `json:"passthrough"`
+	JournalBytes int64        `json:"journal_bytes"`     // local disk used by the journal and staging files
+	CacheBytes   int64        `json:"cache_bytes"`       // local disk used by the store's cache
+	Uploads      *Uploads     `json:"uploads,omitempty"` // a remote store's outbox
+	Lease        *LeaseStatus `json:"lease,omitempty"`
 }
 
 // Uploads is what a workspace's outbox holds: snapshots committed here

@@ -36,7 +36,12 @@ type Config struct {
 	From          string
 	Host, Version string
 	NoPassthrough bool
-	Logf          func(format string, args ...any)
+	// Force takes over the workspace's lease if its holder let it expire.
+	Force bool
+	// LeaseTTL is how long the lease lasts unrenewed. Default:
+	// chunkstore.DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	Logf     func(format string, args ...any)
 }
 
 // Run mounts a workspace and serves it until ctx is done (SIGTERM), an
@@ -97,6 +102,7 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 		be.Close()
 		return fmt.Errorf("open store %s: %w", cfg.Store, err)
 	}
+	var lease *LeaseKeeper
 	defer func() {
 		if cerr := store.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("flush the store: %w", cerr)
@@ -110,10 +116,33 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 				cfg.Logf("cairn: uploads still queued at exit (%v); they continue at the next mount", werr)
 			}
 			cancel()
+		}
+		// The lease goes last: no other machine mounts the workspace
+		// while this one's uploads drain.
+		if lease != nil {
+			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if lerr := lease.Close(lctx); lerr != nil {
+				cfg.Logf("cairn: releasing the lease of %q: %v (it expires by itself)", cfg.Workspace, lerr)
+			}
+			cancel()
+		}
+		if ob != nil {
 			ob.Close()
 		}
 		be.Close()
 	}()
+	lost := make(chan error, 1)
+	lease, err = OpenLease(ctx, LeaseConfig{Store: store, Workspace: cfg.Workspace, Home: cfg.Home,
+		Description: "mount " + dir, Force: cfg.Force, TTL: cfg.LeaseTTL, Logf: cfg.Logf,
+		OnLost: func(err error) {
+			select {
+			case lost <- err:
+			default:
+			}
+		}})
+	if err != nil {
+		return err
+	}
 	var from chunkstore.ID
 	if cfg.From != "" {
 		if _, err := os.Stat(p.Journal); err == nil {
@@ -149,7 +178,7 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 	if err != nil {
 		return err
 	}
-	d := &daemon{cfg: cfg, paths: p, dir: dir, j: j, store: store, outbox: ob, fs: f, srv: srv, started: time.Now(), stop: make(chan struct{})}
+	d := &daemon{cfg: cfg, paths: p, dir: dir, j: j, store: store, outbox: ob, lease: lease, fs: f, srv: srv, started: time.Now(), stop: make(chan struct{})}
 	defer d.unmount()
 
 	os.Remove(p.Socket) // a stale socket of a killed daemon
@@ -183,6 +212,11 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 		cfg.Logf("cairn: unmount requested; unmounting %s", dir)
 	case <-gone:
 		cfg.Logf("cairn: %s was unmounted", dir)
+	case err := <-lost:
+		// Another machine holds the workspace now: stop serving it, so two
+		// never write it at once. The journal keeps what was not
+		// snapshotted; the ref's compare-and-swap keeps the store sound.
+		cfg.Logf("cairn: the lease of %q was lost (%v); unmounting %s", cfg.Workspace, err, dir)
 	}
 	return nil
 }
@@ -194,6 +228,7 @@ type daemon struct {
 	j       *journal.Journal
 	store   *chunkstore.Store
 	outbox  *outbox.Backend // nil: a local store, written directly
+	lease   *LeaseKeeper
 	fs      *cfs.FS
 	srv     *fuse.Server
 	started time.Time
@@ -294,6 +329,8 @@ func (d *daemon) status(ctx context.Context) (*StatusReply, error) {
 	if d.outbox != nil {
 		r.Uploads = UploadsOf(d.outbox.Pending())
 	}
+	ls := d.lease.Status()
+	r.Lease = &ls
 	if !s.Base.IsZero() {
 		r.Head = s.Base.String()
 		if snap, err := d.store.Snapshot(ctx, s.Base); err == nil {
@@ -308,6 +345,9 @@ func (d *daemon) status(ctx context.Context) (*StatusReply, error) {
 func (d *daemon) snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotReply, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.lease.Err(); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	if err := syncfs(d.dir); err != nil {
 		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
@@ -344,6 +384,9 @@ func (d *daemon) snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotRe
 func (d *daemon) rollback(ctx context.Context, req RollbackRequest) (*RollbackReply, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.lease.Err(); err != nil {
+		return nil, err
+	}
 	to, err := d.store.Resolve(ctx, req.To)
 	if err != nil {
 		return nil, err
@@ -373,6 +416,9 @@ func (d *daemon) unmountRequest(ctx context.Context, req UnmountRequest) (*struc
 func (d *daemon) restore(ctx context.Context, req RestoreRequest) (*RestoreReply, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.lease.Err(); err != nil {
+		return nil, err
+	}
 	from, err := d.store.Resolve(ctx, req.From)
 	if err != nil {
 		return nil, err

@@ -122,6 +122,7 @@ func TestMount_RoundTrip(t *testing.T) {
 	in.mountAt("rt", dir)
 	diffManifests(t, "remounted", want, manifest(t, dir))
 	gitClean(t, dir)
+	in.must("unmount", "rt") // its lease would refuse the other machine
 
 	other := in.otherMachine()
 	dir2 := other.mount("rt")

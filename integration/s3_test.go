@@ -137,3 +137,91 @@ func TestS3_PutsPerSmallTurn(t *testing.T) {
 		}
 	}
 }
+
+// Two machines, one workspace: the second mount is refused while the
+// first's lease lives (--force too). Machine A then loses S3 (a partition:
+// its lease cannot be renewed); once the lease expired B takes over with
+// --force and snapshots. When A reaches S3 again it finds its lease lost
+// and stops serving; its queued snapshot reaches the store, but its ref
+// move loses the compare-and-swap: B's head stands, A's snapshot is kept
+// and A's log says how to fork it.
+func TestS3_LeaseAndTakeover(t *testing.T) {
+	srv := s3test.Start(t)
+	proxy := s3fault.Start(t, srv.Endpoint)
+	testenv.NeedRoot(t, "FUSE mounts", true)
+	bucket := srv.NewBucket(t)
+	creds := []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey, "CAIRN_LEASE_TTL=2s"}
+	a := &instance{t: t, home: shortTempDir(t), extra: creds,
+		store: "s3://" + bucket + "/ws?endpoint=" + proxy.URL() + "&region=" + srv.Region}
+	b := &instance{t: t, home: shortTempDir(t), extra: creds,
+		store: "s3://" + bucket + "/ws?endpoint=" + srv.Endpoint + "&region=" + srv.Region}
+	a.must("init")
+	adir := a.mount("w")
+	writeFiles(t, adir, map[string]string{"owner": "a\n"})
+	a.must("snapshot", "--wait", "w")
+
+	for _, extra := range [][]string{nil, {"--force"}} {
+		r := b.run(append(append([]string{"mount"}, extra...), "w", shortTempDir(t))...)
+		if r.code != 4 || !strings.Contains(r.stderr, "is held by") || !strings.Contains(r.stderr, "mount "+adir) {
+			t.Fatalf("second mount %v while the lease lives: exit %d, %s", extra, r.code, r.stderr)
+		}
+	}
+	lease := decodeJSON[[]struct {
+		Lease struct {
+			State string `json:"state"`
+		} `json:"lease"`
+	}](t, a.must("status", "--json", "w"))
+	if len(lease) != 1 || lease[0].Lease.State != "held" {
+		t.Fatalf("status lease: %+v", lease)
+	}
+
+	// A is cut off from S3; its next snapshot queues.
+	arec := a.record("w")
+	proxy.SetDown(true)
+	writeFiles(t, adir, map[string]string{"owner": "a, cut off\n"})
+	aSnap := strings.TrimSpace(a.must("snapshot", "w"))
+	// B takes over once the lease expired (2 s TTL + the 10 s grace).
+	var bdir string
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		d := shortTempDir(t)
+		r := b.run("mount", "--force", "w", d)
+		if r.code == 0 {
+			bdir = d
+			t.Cleanup(func() { b.cleanupMount("w", d) })
+			break
+		}
+		if time.Now().After(deadline) || !strings.Contains(r.stderr, "held by") {
+			t.Fatalf("takeover: exit %d, %s", r.code, r.stderr)
+		}
+		time.Sleep(time.Second)
+	}
+	if got, _ := os.ReadFile(filepath.Join(bdir, "owner")); string(got) != "a\n" {
+		t.Fatalf("B sees %q, want A's last uploaded turn", got)
+	}
+	writeFiles(t, bdir, map[string]string{"owner": "b\n"})
+	bSnap := strings.TrimSpace(b.must("snapshot", "--wait", "w"))
+
+	// A reaches S3 again: its lease is lost, it stops serving; its snapshot
+	// is uploaded but B's head stands.
+	proxy.SetDown(false)
+	deadline = time.Now().Add(90 * time.Second)
+	for arec.alive() { // it drains its outbox on the way out
+		if time.Now().After(deadline) {
+			t.Fatal("A's daemon still runs after losing its lease")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(filepath.Join(a.home, "workspaces", "w", "daemon.log"))
+	if !strings.Contains(string(log), "lease") || !strings.Contains(string(log), "fork it") {
+		t.Errorf("A's log does not report the lost lease and the lost ref move:\n%s", log)
+	}
+	if head := decodeJSON[[]struct {
+		ID string `json:"id"`
+	}](t, b.must("log", "--json", "-n", "1", "w")); len(head) != 1 || head[0].ID != bSnap {
+		t.Errorf("head after the race: %+v, want B's %s", head, bSnap[:12])
+	}
+	if out := b.must("cat", aSnap[:16]+":owner"); out != "a, cut off\n" {
+		t.Errorf("A's snapshot in the store: owner = %q", out)
+	}
+}

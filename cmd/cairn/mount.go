@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -28,6 +29,7 @@ type mountOptions struct {
 	Workspace, Dir, From string
 	Foreground           bool
 	NoPassthrough        bool
+	Force                bool
 }
 
 func newMountCommand() *cli.Command {
@@ -46,6 +48,12 @@ The daemon runs detached and logs to HOME/workspaces/WORKSPACE/daemon.log;
 --foreground keeps it in the foreground (for service managers and
 containers). It stops on ` + "`cairn unmount`" + ` or SIGTERM, flushing first.
 
+A mount holds a lease on its workspace in the store, renewed while it
+serves: a second mount elsewhere (another machine or state directory) is
+refused with the holder's name and the lease's expiry. If that machine is
+gone, wait for the lease to expire and mount with --force to take it over;
+--force never takes a live lease.
+
 Examples:
    cairn mount agent-1 /workspace
    cairn mount --from agent-1@3 agent-1-retry /mnt/retry
@@ -54,6 +62,7 @@ Examples:
 			&cli.StringFlag{Name: "from", Usage: "start a new workspace from snapshot `SNAP`"},
 			&cli.BoolFlag{Name: "foreground", Usage: "serve in the foreground until SIGTERM or unmount"},
 			&cli.BoolFlag{Name: "no-passthrough", Usage: "send all reads and writes through the daemon (no FUSE passthrough)"},
+			&cli.BoolFlag{Name: "force", Usage: "take over the workspace's lease if its holder let it expire"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 2 {
@@ -64,7 +73,7 @@ Examples:
 				return err
 			}
 			return runMount(c.Context, mountOptions{globals: g, Workspace: c.Args().Get(0), Dir: c.Args().Get(1),
-				From: c.String("from"), Foreground: c.Bool("foreground"), NoPassthrough: c.Bool("no-passthrough")})
+				From: c.String("from"), Foreground: c.Bool("foreground"), NoPassthrough: c.Bool("no-passthrough"), Force: c.Bool("force")})
 		},
 	}
 }
@@ -93,6 +102,9 @@ func runMount(ctx context.Context, opts mountOptions) error {
 	}
 	if opts.NoPassthrough {
 		args = append(args, "--no-passthrough")
+	}
+	if opts.Force {
+		args = append(args, "--force")
 	}
 	args = append(args, "--", opts.Workspace, opts.Dir)
 	exe, err := os.Executable()
@@ -155,9 +167,16 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 		defer pprof.StopCPUProfile()
 	}
 	host, _ := os.Hostname()
+	var ttl time.Duration
+	if v := os.Getenv("CAIRN_LEASE_TTL"); v != "" { // for tests and operators: how long a lease lasts unrenewed
+		var err error
+		if ttl, err = time.ParseDuration(v); err != nil {
+			return usageError{fmt.Errorf("CAIRN_LEASE_TTL=%q: %w", v, err)}
+		}
+	}
 	return daemon.Run(ctx, daemon.Config{
 		Home: opts.Home, Store: opts.Store, Workspace: opts.Workspace, Dir: opts.Dir, From: opts.From,
-		Host: host, Version: version, NoPassthrough: opts.NoPassthrough, Logf: logger.Printf,
+		Host: host, Version: version, NoPassthrough: opts.NoPassthrough, Force: opts.Force, LeaseTTL: ttl, Logf: logger.Printf,
 	}, ready)
 }
 
