@@ -129,11 +129,15 @@ func (s *Store) PutSparseFile(ctx context.Context, r io.ReaderAt, size uint64, d
 // putChunks chunks r and stores every chunk, returning the chunk refs in
 // order and their total size.
 func (s *Store) putChunks(ctx context.Context, r io.Reader) ([]ChunkRef, uint64, error) {
+	// The read lock keeps s.jobs open until this call is done. Take it
+	// before s.mu, never while holding it: a Close waiting for the write
+	// lock blocks new readers, and the calls in progress that it waits for
+	// need s.mu to finish (that order deadlocked under load).
+	s.life.RLock()
+	defer s.life.RUnlock()
 	s.mu.Lock()
 	closed := s.closed
-	s.life.RLock() // keeps s.jobs open until this call is done
 	s.mu.Unlock()
-	defer s.life.RUnlock()
 	if closed {
 		return nil, 0, ErrClosed
 	}
