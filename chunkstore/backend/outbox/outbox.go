@@ -51,7 +51,6 @@ type Backend struct {
 	cond     *sync.Cond          // signalled when an entry is queued or done, and at Close
 	next     uint64              // sequence number of the next entry
 	queue    []*entry            // entries not yet uploaded, in sequence order
-	started  int                 // queue[:started] are being uploaded or done
 	inflight int                 // object uploads running
 	objects  map[string]*entry   // key -> latest queued object entry
 	refs     map[string][]*entry // key -> queued ref entries, oldest first
@@ -81,8 +80,9 @@ type entry struct {
 	PrevNone bool      `json:"prev_none,omitempty"`
 	Queued   time.Time `json:"queued"`
 
-	data []byte // refs only: the new value (objects are read from their file)
-	done bool
+	data    []byte // refs only: the new value (objects are read from their file)
+	started bool   // being uploaded
+	done    bool
 }
 
 // Lost is a ref move whose compare-and-swap lost: another writer moved the
@@ -286,13 +286,12 @@ func (b *Backend) enqueue(e *entry, data io.Reader) error {
 		return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
 	}
 	b.mu.Lock()
-	// Entries are appended in sequence order: a later one may have been
-	// written first.
+	// The queue is in sequence order, and a later entry may have been
+	// written first. (An entry that depends on another, a ref move on the
+	// objects it names, was queued after that one returned: it never
+	// overtakes it.)
 	i := sort.Search(len(b.queue), func(i int) bool { return b.queue[i].Seq > e.Seq })
 	b.queue = slices.Insert(b.queue, i, e)
-	if i < b.started {
-		b.started++ // never: later sequence numbers start later; kept for safety
-	}
 	b.index(e)
 	b.cond.Broadcast()
 	b.mu.Unlock()
@@ -614,8 +613,13 @@ func (b *Backend) run() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for {
-		for !b.closed && (b.started >= len(b.queue) || b.inflight >= b.opts.Uploads ||
-			b.queue[b.started].Ref && b.started > 0) {
+		var e *entry
+		for !b.closed {
+			if b.inflight < b.opts.Uploads {
+				if e = b.startable(); e != nil {
+					break
+				}
+			}
 			b.cond.Wait()
 		}
 		if b.closed {
@@ -624,14 +628,13 @@ func (b *Backend) run() {
 			}
 			return
 		}
-		e := b.queue[b.started]
-		b.started++
-		if e.Ref { // every entry before it is done (started == 0 above)
+		e.started = true
+		if e.Ref { // every entry before it is done
 			b.mu.Unlock()
 			ok, lost := b.moveRef(e)
 			b.mu.Lock()
 			if !ok { // closing
-				b.started--
+				e.started = false
 				continue
 			}
 			b.finish(e, lost)
@@ -644,6 +647,8 @@ func (b *Backend) run() {
 			b.inflight--
 			if ok {
 				b.finish(e, false)
+			} else {
+				e.started = false
 			}
 			b.cond.Broadcast()
 			b.mu.Unlock()
@@ -651,14 +656,27 @@ func (b *Backend) run() {
 	}
 }
 
+// startable returns the next entry to start, if one may start: the first not
+// started, unless it is a ref move with unfinished entries before it (then
+// nothing may start: entries after a ref move wait for it). b.mu is held.
+func (b *Backend) startable() *entry {
+	for i, e := range b.queue {
+		switch {
+		case e.started:
+		case e.Ref && i > 0:
+			return nil
+		default:
+			return e
+		}
+	}
+	return nil
+}
+
 // finish removes an uploaded (or lost) entry. b.mu is held.
 func (b *Backend) finish(e *entry, lost bool) {
 	e.done = true
 	i := slices.Index(b.queue, e)
 	b.queue = slices.Delete(b.queue, i, i+1)
-	if i < b.started {
-		b.started--
-	}
 	if e.Ref {
 		q := b.refs[e.Key]
 		if j := slices.Index(q, e); j >= 0 {

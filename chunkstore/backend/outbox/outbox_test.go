@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -241,5 +243,35 @@ func TestOutbox_Store(t *testing.T) {
 	// The chain continues after the drain: the Store's ETags still match.
 	if _, err := st.SetRef(ctx, "w", last, ref); err != nil {
 		t.Fatalf("SetRef after the drain: %v", err)
+	}
+}
+
+// Concurrent writers: queue records land out of sequence order; every
+// entry still uploads (an early bug counted an entry inserted before a
+// running one as started, and it never was), and Wait returns.
+func TestOutbox_ConcurrentPuts(t *testing.T) {
+	remote := chunkstoretest.LocalBackend(t)
+	o := open(t, remote, t.TempDir())
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 20 {
+				key := fmt.Sprintf("packs/%02x/w%d-%d", w, w, i)
+				if _, err := o.Put(ctx, key, strings.NewReader(key), backend.Condition{}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	put(t, o, "refs/w", "after all", backend.Condition{})
+	waitFor(t, o)
+	n := 0
+	remote.List(ctx, "packs/", func(backend.Info) error { n++; return nil })
+	if n != 320 {
+		t.Errorf("%d packs in the remote, want 320", n)
+	}
+	if got, _ := read(t, remote, "refs/w"); got != "after all" {
+		t.Errorf("ref = %q", got)
 	}
 }
