@@ -37,7 +37,30 @@
 // Open loads every index file into a compact in-memory table (idtable.go:
 // about 52 bytes per blob; a million blobs cost ~66 MB). For remote
 // backends the index files are cached in Options.CacheDir and only new ones
-// are fetched. Blob and FileReader read single blobs with ranged GETs.
+// are fetched. From a local backend, Blob and FileReader read each blob
+// with one ranged read of its pack.
+//
+// # Remote reads and the local cache
+//
+// For a remote backend (S3), blobs go through a local blob cache under
+// Options.CacheDir/<store ID>/blobs/ (blobcache.go): one file per blob,
+// named by its ID and holding its plaintext, bounded by Options.CacheSize
+// (default 10 GiB) with LRU eviction. Every read of a cache file is checked
+// against its name, so a damaged file is dropped and fetched again, never
+// returned. Recency is the files' mtimes, so the cache survives a restart: a
+// background scan at Open rebuilds the LRU order. Pin keeps blobs a caller
+// needs out of eviction. Local backends have no blob cache.
+//
+// A blob the cache lacks is fetched with one GET that also covers the blobs
+// likely needed next (fetch.go): the neighbouring blobs of the same kind in
+// its pack, up to 1 MiB (a snapshot's trees lie together, so walking 1000
+// directories costs a few GETs, not 1000); for a FileReader read in order,
+// the file's following chunks, fetched ahead in the background (up to
+// Options.ReadAhead, 8 MiB). Prefetch fetches many blobs with parallel
+// coalesced GETs (Options.Fetches at once), and Warmup a whole tree: its
+// trees first, then chunk lists, then file data. Readers of a blob being
+// fetched wait for that GET rather than issue their own. Stats counts GETs,
+// bytes fetched, cache hits, misses and the cache's size.
 //
 // # Concurrency
 //

@@ -3,6 +3,7 @@ package chunkstore
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 )
 
@@ -129,10 +130,24 @@ type location struct {
 type memIndex struct {
 	mu      sync.RWMutex
 	packs   []ID
+	trailer []packExtent // per pack, where its trailer lies (coalesced reads)
 	packNum map[ID]uint32
 	blobs   *idTable
 	stored  uint64 // sum of stored bytes, for stats
 }
+
+// packExtent locates a pack's trailer: it starts where the blob area ends
+// and holds count entries. 8 bytes per pack (a pack holds hundreds to
+// thousands of blobs), so the index's cost per blob does not change. The
+// trailer lists a pack's blobs in offset order, which the ID table does not
+// keep: reads fetch it to coalesce neighbouring blobs into one GET.
+type packExtent struct {
+	end   uint32 // end of the blob area: the trailer's offset
+	count uint32 // entries in the trailer
+}
+
+// len is the trailer's length, footer included.
+func (e packExtent) len() int64 { return int64(e.count)*packEntrySize + packFooterSize }
 
 func newMemIndex() *memIndex {
 	return &memIndex{packNum: make(map[ID]uint32), blobs: newIDTable(0)}
@@ -157,6 +172,15 @@ func (x *memIndex) addPack(packID ID, entries []packEntry) {
 	if !ok {
 		num = uint32(len(x.packs))
 		x.packs = append(x.packs, packID)
+		// Entries are the pack's whole trailer in offset order (index
+		// files and uploads list every entry, checked contiguous).
+		var ext packExtent
+		if n := len(entries); n > 0 {
+			if end := uint64(entries[n-1].Offset) + uint64(entries[n-1].Stored); end <= math.MaxUint32 {
+				ext = packExtent{end: uint32(end), count: uint32(n)}
+			}
+		}
+		x.trailer = append(x.trailer, ext)
 		x.packNum[packID] = num
 	}
 	for _, e := range entries {
@@ -174,6 +198,13 @@ func (x *memIndex) lookup(id ID) (packID ID, loc location, ok bool) {
 		packID = x.packs[loc.pack]
 	}
 	return packID, loc, ok
+}
+
+// pack returns the ID of pack number num and where its trailer lies.
+func (x *memIndex) pack(num uint32) (ID, packExtent) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.packs[num], x.trailer[num]
 }
 
 func (x *memIndex) has(id ID) bool {

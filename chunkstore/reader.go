@@ -10,6 +10,11 @@ import (
 
 // FileReader reads a stored file's content at any offset. Holes read as
 // zeros; every chunk is verified against its ID. Safe for concurrent use.
+//
+// From a remote store, a reader that reads chunks in order fetches the
+// following ones in the background, up to Options.ReadAhead bytes ahead,
+// with coalesced GETs; a read out of order fetches its chunk with the
+// pack's neighbouring data chunks instead (see fetch.go).
 type FileReader struct {
 	s      *Store
 	ctx    context.Context
@@ -20,6 +25,11 @@ type FileReader struct {
 	mu      sync.Mutex
 	lastIdx int // one-chunk cache for sequential reads
 	last    []byte
+	// Read-ahead.
+	next  int           // the chunk a sequential reader reads next
+	run   uint64        // file offset where the current sequential run began
+	ahead map[ID][]byte // chunks fetched ahead and not read yet
+	front int           // read-ahead has asked for the chunks before front
 }
 
 // OpenFile returns a reader for c, loading its chunk-list blobs. ctx bounds
@@ -47,7 +57,7 @@ func (s *Store) OpenFile(ctx context.Context, c FileContent) (*FileReader, error
 			chunks = append(chunks, cl.Chunks...)
 		}
 	}
-	f := &FileReader{s: s, ctx: ctx, chunks: chunks, starts: make([]uint64, len(chunks)), lastIdx: -1}
+	f := &FileReader{s: s, ctx: ctx, chunks: chunks, starts: make([]uint64, len(chunks)), lastIdx: -1, ahead: make(map[ID][]byte)}
 	for i, ch := range chunks {
 		f.starts[i] = f.size
 		f.size += ch.Size
@@ -174,6 +184,10 @@ func (f *FileReader) Seek(off uint64, hole bool) (pos uint64, ok bool) {
 
 var zeroChunk = make([]byte, 1<<20)
 
+// readAheadMin is the read-ahead window of a reader that has just started
+// reading in order.
+const readAheadMin = 1 << 20
+
 func (f *FileReader) chunk(i int) ([]byte, error) {
 	ref := f.chunks[i]
 	if ref.IsHole() { // callers handle holes themselves; this is for safety
@@ -185,10 +199,33 @@ func (f *FileReader) chunk(i int) ([]byte, error) {
 		f.mu.Unlock()
 		return data, nil
 	}
+	seq := i == f.next
+	if !seq {
+		f.run = f.starts[i]
+	}
+	f.next = i + 1
+	data, ok := f.ahead[ref.ID]
+	if ok {
+		delete(f.ahead, ref.ID)
+	} else if !seq && len(f.ahead) > 0 {
+		// A jump: what was read ahead will not be read.
+		clear(f.ahead)
+		f.front = i + 1
+	}
+	ahead := (seq || ok) && f.readAheadLocked(i)
 	f.mu.Unlock()
-	data, err := f.s.Blob(f.ctx, ref.ID)
-	if err != nil {
-		return nil, err
+	if ok {
+		f.s.rd.hits.Add(1)
+	} else {
+		// Read ahead or not, the chunk itself: with its neighbours in the
+		// pack unless the read-ahead is bringing the following chunks.
+		var err error
+		if _, data, err = f.s.readBlob(f.ctx, ref.ID, !ahead); err != nil {
+			return nil, err
+		}
+		f.mu.Lock()
+		delete(f.ahead, ref.ID) // if the read-ahead brought it too
+		f.mu.Unlock()
 	}
 	if uint64(len(data)) != ref.Size {
 		return nil, fmt.Errorf("%w: chunk %s is %d bytes, the file's chunk list says %d", ErrCorrupt, ref.ID.Short(), len(data), ref.Size)
@@ -197,4 +234,55 @@ func (f *FileReader) chunk(i int) ([]byte, error) {
 	f.lastIdx, f.last = i, data
 	f.mu.Unlock()
 	return data, nil
+}
+
+// readAheadLocked starts fetching the chunks after i in the background,
+// unless half the window is asked for already: batches are at least half a
+// window, so GETs stay large however fast the reader is, and at most about
+// two windows are in flight (a reader passes the chunks asked for only once
+// they have arrived). The window is four times the bytes read in order so
+// far, from readAheadMin up to Options.ReadAhead, so that short runs of a
+// random reader fetch little they do not need. It reports whether a
+// read-ahead covers the chunks after i. Called with f.mu held.
+func (f *FileReader) readAheadLocked(i int) bool {
+	rd := f.s.rd
+	if !rd.remote || f.s.opts.ReadAhead <= 0 || i+1 >= len(f.chunks) {
+		return false
+	}
+	window := min(uint64(f.s.opts.ReadAhead), max(readAheadMin, 4*(f.starts[i]-f.run)))
+	f.front = max(f.front, i+1)
+	if f.front == len(f.chunks) || f.starts[f.front]-f.starts[i+1] > window/2 {
+		return true
+	}
+	end := f.front
+	var ids []ID
+	for end < len(f.chunks) && f.starts[end]-f.starts[i+1] < window {
+		if !f.chunks[end].IsHole() {
+			ids = append(ids, f.chunks[end].ID)
+		}
+		end++
+	}
+	f.front = end
+	// Claimed now, so that the reader waits for these GETs rather than
+	// racing them. Chunks the index does not know are left to the reader.
+	plan := f.s.planFetch(f.ctx, ids, false)
+	rd.claimAll(&plan)
+	if len(plan.runs) == 0 {
+		return true
+	}
+	ok := rd.spawn(func() {
+		// Bounded by the reader's context and the store's life.
+		ctx, cancel := context.WithCancel(f.ctx)
+		defer cancel()
+		defer context.AfterFunc(f.s.ctx, cancel)()
+		f.s.fetchPlan(ctx, plan, func(id ID, data []byte) {
+			f.mu.Lock()
+			f.ahead[id] = data
+			f.mu.Unlock()
+		})
+	})
+	if !ok {
+		rd.abandon(plan)
+	}
+	return ok
 }

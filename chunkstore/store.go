@@ -32,6 +32,20 @@ type Options struct {
 	// Default: 3. Packs that failed stay in memory and are retried by the
 	// next Flush.
 	UploadRetries int
+	// CacheSize is the most bytes the local blob cache under
+	// CacheDir/<store ID>/blobs/ may hold (files counted in whole 4 KiB
+	// blocks); least recently used blobs are evicted beyond it, pinned ones
+	// never (see Pin). Default (0): DefaultCacheSize, 10 GiB. Negative: no
+	// blob cache (index files are still cached). Without CacheDir, and for
+	// local backends, there is no blob cache.
+	CacheSize int64
+	// Fetches is how many ranged GETs Prefetch, Warmup and read-ahead issue
+	// at once, over the whole store. Default: DefaultFetches (8).
+	Fetches int
+	// ReadAhead is how many bytes of a file a FileReader read sequentially
+	// fetches ahead of the reader, in the background (remote backends
+	// only). Default: DefaultReadAhead (8 MiB). Negative: no read-ahead.
+	ReadAhead int64
 }
 
 // Store is a content-addressed blob store over a backend: blobs are deduped
@@ -45,6 +59,7 @@ type Store struct {
 	dec      *zstd.Decoder
 	idx      *memIndex
 	cache    *indexCache // nil without a local cache
+	rd       *fetcher    // blob reads: blob cache, coalescing, read-ahead (fetch.go)
 	opts     Options
 	ctx      context.Context // for background uploads; cancelled by Close
 	cancel   context.CancelFunc
@@ -83,6 +98,17 @@ type Stats struct {
 	NewRawBytes    uint64 // their plaintext bytes
 	NewStoredBytes uint64 // their stored bytes
 	DedupedBlobs   uint64 // blobs offered that the store already had
+	// Reads since Open. Gets and FetchedBytes count every backend; the
+	// cache fields stay zero for local backends, which have no cache.
+	Gets         uint64 // ranged GETs of packs (blob ranges and pack trailers)
+	FetchedBytes uint64 // bytes those GETs returned
+	CacheHits    uint64 // blob reads of a remote store served without a GET of their own (cache file, a fetch in flight, read-ahead)
+	CacheMisses  uint64 // blob reads of a remote store that issued a GET
+	CacheBlobs   int    // files in the blob cache (blobs and pack trailers) that this process knows
+	CacheBytes   int64  // their size, in whole 4 KiB blocks
+	CacheLimit   int64  // Options.CacheSize in effect; 0: no blob cache
+	CacheEvicted uint64 // files evicted to stay within CacheLimit
+	CacheDropped uint64 // cache files found corrupt or missing, dropped and fetched again
 }
 
 // openPack is a pack being filled. One writer at a time holds it (see
@@ -189,6 +215,15 @@ func Open(ctx context.Context, be backend.Backend, opts Options) (*Store, error)
 	if opts.UploadRetries <= 0 {
 		opts.UploadRetries = 3
 	}
+	if opts.Fetches <= 0 {
+		opts.Fetches = DefaultFetches
+	}
+	if opts.ReadAhead == 0 {
+		opts.ReadAhead = DefaultReadAhead
+	}
+	if opts.CacheSize == 0 {
+		opts.CacheSize = DefaultCacheSize
+	}
 	s := &Store{
 		be: be, cfg: cfg, hasher: NewHasher(key), cutter: cutter,
 		idx: newMemIndex(), opts: opts, pending: make(map[ID]pendingBlob),
@@ -216,7 +251,17 @@ func Open(ctx context.Context, be backend.Backend, opts Options) (*Store, error)
 			return nil, err
 		}
 	}
+	remote := !be.Properties().Local
+	var blobs *blobCache
+	if opts.CacheDir != "" && remote && opts.CacheSize > 0 {
+		if blobs, err = openBlobCache(opts.CacheDir, cfg.ID, opts.CacheSize, s.hasher); err != nil {
+			s.dec.Close()
+			return nil, err
+		}
+	}
+	s.rd = newFetcher(remote, blobs, opts.Fetches)
 	if err := s.loadIndex(ctx); err != nil {
+		s.rd.close()
 		s.dec.Close()
 		return nil, fmt.Errorf("open store at %s: %w", where, err)
 	}
@@ -245,6 +290,7 @@ func (s *Store) Stats() Stats {
 	s.mu.Unlock()
 	blobs, packs, stored := s.idx.counts()
 	st.Blobs, st.Packs, st.StoredBytes = blobs+pending, packs, stored
+	s.rd.stats(&st)
 	return st
 }
 
@@ -271,6 +317,7 @@ func (s *Store) Close() error {
 		s.cond.Wait()
 	}
 	s.mu.Unlock()
+	s.rd.close() // after cancel: read-ahead stops
 	if s.enc != nil {
 		s.enc.Close()
 	}
