@@ -38,6 +38,9 @@ type Config struct {
 	NoPassthrough bool
 	// Force takes over the workspace's lease if its holder let it expire.
 	Force bool
+	// CacheSize bounds the local cache of a remote store's data
+	// (chunkstore.Options.CacheSize).
+	CacheSize int64
 	// LeaseTTL is how long the lease lasts unrenewed. Default:
 	// chunkstore.DefaultLeaseTTL.
 	LeaseTTL time.Duration
@@ -94,7 +97,7 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 		}
 		storeBe = ob
 	}
-	store, err := chunkstore.Open(ctx, storeBe, chunkstore.Options{CacheDir: p.Cache})
+	store, err := chunkstore.Open(ctx, storeBe, chunkstore.Options{CacheDir: p.Cache, CacheSize: cfg.CacheSize})
 	if err != nil {
 		if ob != nil {
 			ob.Close()

@@ -101,11 +101,24 @@ func TestS3_OutboxAndResume(t *testing.T) {
 	if out := other.must("log", "w"); !strings.Contains(out, turn2[:12]) || !strings.Contains(out, "turn 3") {
 		t.Errorf("log on another machine:\n%s", out)
 	}
+	wu := decodeJSON[struct {
+		Bytes uint64 `json:"bytes"`
+	}](t, other.must("warmup", "--json", "w"))
+	if wu.Bytes == 0 {
+		t.Errorf("warmup fetched nothing")
+	}
+	if r := other.run("--cache-size", "lots", "warmup", "w"); r.code != 2 || !strings.Contains(r.stderr, "--cache-size") {
+		t.Errorf("a bad --cache-size: exit %d, %s", r.code, r.stderr)
+	}
 	odir := other.mount("w")
-	diffManifests(t, "resumed on another machine", want, manifest(t, odir))
+	// Warmed up: every tree and file reads from the local cache, so the
+	// whole tree is there even with S3 gone.
+	srv.Stop(t)
+	diffManifests(t, "resumed on another machine, warmed up, S3 down", want, manifest(t, odir))
 	if b, _ := os.ReadFile(filepath.Join(odir, "README")); string(b) != "turn 2, written while S3 was down\n" {
 		t.Errorf("README on the other machine = %q", b)
 	}
+	srv.Restart(t)
 }
 
 // A turn-end snapshot of a one-file change costs few PUTs (packs, not an

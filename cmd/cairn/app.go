@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -32,13 +33,18 @@ func newApp() *cli.App {
 				EnvVars: []string{"CAIRN_HOME"},
 			},
 			&cli.StringFlag{
+				Name:    "cache-size",
+				Usage:   "the local cache of a remote store's data: at most `SIZE` bytes (K, M, G, T suffixes; 0: off), least recently used dropped first (default 10G)",
+				EnvVars: []string{"CAIRN_CACHE_SIZE"},
+			},
+			&cli.StringFlag{
 				Name:    "store",
 				Usage:   "the store: a directory, file:///PATH or s3://BUCKET/PREFIX?endpoint=URL&region=R (default: HOME/store)",
 				EnvVars: []string{"CAIRN_STORE"},
 			},
 		},
 		Commands: []*cli.Command{newInitCommand(), newMountCommand(), newUnmountCommand(), newSnapshotCommand(), newStatusCommand(),
-			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand(), newRestoreCommand(), newExportCommand(), newImportCommand()},
+			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand(), newRestoreCommand(), newExportCommand(), newImportCommand(), newWarmupCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // exit codes are decided in exitCode
 		OnUsageError:    onUsageError,
@@ -58,6 +64,31 @@ func onUsageError(_ *cli.Context, err error, _ bool) error {
 type globals struct {
 	Home  string // state directory
 	Store string // store URL
+	// CacheSize bounds the local cache of a remote store's data
+	// (chunkstore.Options.CacheSize: 0 the default, < 0 off).
+	CacheSize int64
+}
+
+// storeOptions are the chunkstore options every verb opens a store with.
+func (g globals) storeOptions() chunkstore.Options {
+	return chunkstore.Options{CacheDir: filepath.Join(g.Home, "cache"), CacheSize: g.CacheSize}
+}
+
+// parseSize parses 10G, 512M, 1.5TiB, 4096 (bytes; binary units).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(strings.ToUpper(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "IB"), "B")
+	mult := 1.0
+	if n := len(t); n > 0 {
+		if i := strings.IndexByte("KMGT", t[n-1]); i >= 0 {
+			mult, t = float64(int64(1)<<(10*(i+1))), t[:n-1]
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 || v*mult > 1<<62 {
+		return 0, fmt.Errorf("size %q: want a number of bytes with an optional K, M, G or T", s)
+	}
+	return int64(v * mult), nil
 }
 
 func globalsFrom(c *cli.Context) (globals, error) {
@@ -70,6 +101,16 @@ func globalsFrom(c *cli.Context) (globals, error) {
 		return g, usageError{fmt.Errorf("--home %q: %w", g.Home, err)}
 	}
 	g.Home = abs
+	if v := c.String("cache-size"); v != "" {
+		n, err := parseSize(v)
+		if err != nil {
+			return g, usageError{fmt.Errorf("--cache-size: %w", err)}
+		}
+		g.CacheSize = n
+		if n == 0 {
+			g.CacheSize = -1 // off
+		}
+	}
 	if g.Store == "" {
 		g.Store = filepath.Join(g.Home, "store")
 	}

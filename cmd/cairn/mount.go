@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,7 +97,10 @@ func runMount(ctx context.Context, opts mountOptions) error {
 		return err
 	}
 	defer r.Close()
-	args := []string{"--home", opts.Home, "--store", opts.Store, "mount", "--foreground"}
+	args := []string{"--home", opts.Home, "--store", opts.Store, "--cache-size", strconv.FormatInt(max(opts.CacheSize, 0), 10), "mount", "--foreground"}
+	if opts.CacheSize == 0 {
+		args = slices.Delete(args, 4, 6) // the default
+	}
 	if opts.From != "" {
 		args = append(args, "--from", opts.From)
 	}
@@ -176,7 +180,7 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 	}
 	return daemon.Run(ctx, daemon.Config{
 		Home: opts.Home, Store: opts.Store, Workspace: opts.Workspace, Dir: opts.Dir, From: opts.From,
-		Host: host, Version: version, NoPassthrough: opts.NoPassthrough, Force: opts.Force, LeaseTTL: ttl, Logf: logger.Printf,
+		Host: host, Version: version, NoPassthrough: opts.NoPassthrough, Force: opts.Force, LeaseTTL: ttl, CacheSize: opts.CacheSize, Logf: logger.Printf,
 	}, ready)
 }
 

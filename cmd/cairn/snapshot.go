@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -183,7 +182,7 @@ func openWorkspaceStore(ctx context.Context, g globals, ws string) (*chunkstore.
 		}
 		storeBe = ob
 	}
-	st, err := chunkstore.Open(ctx, storeBe, chunkstore.Options{CacheDir: filepath.Join(g.Home, "cache")})
+	st, err := chunkstore.Open(ctx, storeBe, g.storeOptions())
 	if err != nil {
 		if ob != nil {
 			ob.Close()
@@ -206,7 +205,7 @@ func openStore(ctx context.Context, g globals) (*chunkstore.Store, func(), error
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := chunkstore.Open(ctx, be, chunkstore.Options{CacheDir: filepath.Join(g.Home, "cache")})
+	st, err := chunkstore.Open(ctx, be, g.storeOptions())
 	if err != nil {
 		be.Close()
 		return nil, nil, err

@@ -1,0 +1,241 @@
+// Command s3bench measures resuming a workspace from S3 on a machine with
+// an empty cache, through the cairn binary, against a real S3 server
+// (versitygw) on loopback: mount time, `find | wc -l`, `git status` of a
+// 10k-file source tree with its git repository, reading every file cold and
+// warm (next to the same on a local store), and the upload rate of a
+// snapshot. `make bench` runs it. Needs root and /dev/fuse.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+var (
+	cairnBin  = flag.String("cairn", "bin/cairn", "the cairn binary")
+	gatewayFl = flag.String("versitygw", ".bin/versitygw", "the versitygw binary")
+	workDir   = flag.String("dir", "/var/tmp", "where to put the S3 server's data, the source tree and cairn's state")
+	upload    = flag.Int64("upload", 512<<20, "bytes of random data for the upload rate")
+)
+
+const (
+	accessKey = "s3bench"
+	secretKey = "s3bench-secret"
+	region    = "us-east-1"
+)
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "s3bench:", err)
+		os.Exit(1)
+	}
+}
+
+type row struct {
+	what, value, target string
+}
+
+// rows collects the results and shows each on stderr as it comes.
+type rows []row
+
+func (rs *rows) add(what, value, target string) {
+	fmt.Fprintf(os.Stderr, "  %s: %s\n", what, value)
+	*rs = append(*rs, row{what, value, target})
+}
+
+func run() error {
+	base, err := os.MkdirTemp(*workDir, "cairn-s3bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(base)
+	endpoint, stop, err := startGateway(base)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	bucket := "bench"
+	client := awss3.New(awss3.Options{Region: region, BaseEndpoint: aws.String(endpoint), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(accessKey, secretKey, "")})
+	if _, err := client.CreateBucket(context.Background(), &awss3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		return fmt.Errorf("create bucket: %w", err)
+	}
+	s3url := "s3://" + bucket + "/ws?endpoint=" + endpoint + "&region=" + region
+	cairn := func(home, store string, args ...string) (string, error) {
+		cmd := exec.Command(*cairnBin, args...)
+		cmd.Env = append(os.Environ(), "CAIRN_HOME="+home, "CAIRN_STORE="+store,
+			"AWS_ACCESS_KEY_ID="+accessKey, "AWS_SECRET_ACCESS_KEY="+secretKey, "AWS_EC2_METADATA_DISABLED=true")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("cairn %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return string(out), nil
+	}
+
+	// The source tree: Go's src with a git repository, made on the disk.
+	src := filepath.Join(base, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return err
+	}
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOROOT: %w", err)
+	}
+	if out, err := exec.Command("sh", "-c", fmt.Sprintf("tar -C %s -cf - src | tar -C %s --strip-components=1 -xf - && cd %s && git init -q && git add -A && git -c user.email=b@b -c user.name=b commit -qm tree",
+		strings.TrimSpace(string(goroot)), src, src)).CombinedOutput(); err != nil {
+		return fmt.Errorf("make the source tree: %v: %s", err, out)
+	}
+	files, _ := exec.Command("sh", "-c", "find "+src+" -type f | wc -l").Output()
+
+	var rs rows
+	homeA := filepath.Join(base, "a")
+	if _, err := cairn(homeA, s3url, "init"); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := cairn(homeA, s3url, "import", "src", src); err != nil {
+		return err
+	}
+	rs.add(fmt.Sprintf("import of the tree (%s files incl. .git) into S3", strings.TrimSpace(string(files))), dur(time.Since(start)), "")
+
+	// Machine B, empty cache.
+	homeB, mnt := filepath.Join(base, "b"), filepath.Join(base, "mnt")
+	os.MkdirAll(mnt, 0o755)
+	start = time.Now()
+	if _, err := cairn(homeB, s3url, "mount", "src", mnt); err != nil {
+		return err
+	}
+	rs.add("cold mount (CLI, wall: daemon start, lease, store open)", dur(time.Since(start)), "<= 200 ms")
+	defer cairn(homeB, s3url, "unmount", "--no-wait", "src")
+	t, out, err := timed("sh", "-c", "find "+mnt+" | wc -l")
+	if err != nil {
+		return err
+	}
+	rs.add(fmt.Sprintf("cold find | wc -l (%s entries)", strings.TrimSpace(out)), dur(t), "<= 1 s")
+	t, out, err = timed("git", "-C", mnt, "status", "--porcelain")
+	if err != nil {
+		return err
+	}
+	clean := "clean"
+	if strings.TrimSpace(out) != "" {
+		clean = fmt.Sprintf("NOT clean: %d lines", strings.Count(out, "\n"))
+	}
+	rs.add("cold git status ("+clean+")", dur(t), "<= 3 s")
+	t, _, err = timed("tar", "-C", mnt, "-cf", "/dev/null", ".")
+	if err != nil {
+		return err
+	}
+	rs.add("read every file, first time (tar -cf /dev/null)", dur(t), "")
+	t, _, err = timed("tar", "-C", mnt, "-cf", "/dev/null", ".")
+	if err != nil {
+		return err
+	}
+	rs.add("read every file again", dur(t), "")
+
+	// The same reads on a local store, for comparison.
+	homeL, mntL := filepath.Join(base, "l"), filepath.Join(base, "mntl")
+	os.MkdirAll(mntL, 0o755)
+	local := filepath.Join(homeL, "store")
+	if _, err := cairn(homeL, local, "init"); err != nil {
+		return err
+	}
+	if _, err := cairn(homeL, local, "import", "src", src); err != nil {
+		return err
+	}
+	if _, err := cairn(homeL, local, "mount", "src", mntL); err != nil {
+		return err
+	}
+	defer cairn(homeL, local, "unmount", "src")
+	timed("tar", "-C", mntL, "-cf", "/dev/null", ".")
+	t, _, err = timed("tar", "-C", mntL, "-cf", "/dev/null", ".")
+	if err != nil {
+		return err
+	}
+	rs.add("read every file again, local store", dur(t), "S3 warm within 10%")
+
+	// Upload rate: a snapshot of new random data, waited for.
+	f, err := os.Create(filepath.Join(mnt, "random.bin"))
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyN(f, rand.Reader, *upload); err != nil {
+		f.Close()
+		return err
+	}
+	f.Close()
+	start = time.Now()
+	if _, err := cairn(homeB, s3url, "snapshot", "--wait", "src"); err != nil {
+		return err
+	}
+	el := time.Since(start)
+	rs.add(fmt.Sprintf("snapshot --wait of %d MiB of new random data", *upload>>20), fmt.Sprintf("%.0f MB/s (%s)", float64(*upload)/1e6/el.Seconds(), dur(el)), ">= 200 MB/s")
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "S3 on loopback (versitygw)\tresult\ttarget")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.what, r.value, r.target)
+	}
+	return tw.Flush()
+}
+
+func dur(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000)
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+func timed(name string, args ...string) (time.Duration, string, error) {
+	start := time.Now()
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		return 0, "", fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return time.Since(start), string(out), nil
+}
+
+// startGateway runs versitygw with a posix backend on a free loopback port.
+func startGateway(base string) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	root := filepath.Join(base, "s3")
+	os.MkdirAll(root, 0o755)
+	cmd := exec.Command(*gatewayFl, "--port", addr, "--region", region, "--health", "/health", "--quiet", "posix", root)
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+accessKey, "ROOT_SECRET_ACCESS_KEY="+secretKey)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start versitygw (%s): %w", *gatewayFl, err)
+	}
+	stop := func() { cmd.Process.Kill(); cmd.Wait() }
+	url := "http://" + addr
+	for range 100 {
+		if resp, err := http.Get(url + "/health"); err == nil {
+			resp.Body.Close()
+			return url, stop, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	return "", nil, fmt.Errorf("versitygw did not answer on %s", addr)
+}
