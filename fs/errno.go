@@ -3,7 +3,9 @@ package fs
 import (
 	"context"
 	"errors"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -56,7 +58,45 @@ func Errno(err error) syscall.Errno {
 	return syscall.EIO
 }
 
-// status is Errno as a FUSE status.
-func status(err error) fuse.Status {
-	return fuse.Status(Errno(err))
+// status is Errno as a FUSE status. An EIO (a store that cannot be read,
+// a damaged journal) is logged, naming what failed: the caller only sees
+// EIO. At most ioLogBurst lines a second; the rest are counted.
+func (f *FS) status(err error) fuse.Status {
+	e := Errno(err)
+	if e == syscall.EIO {
+		f.ioLog.log(f.opts.Logf, err)
+	}
+	return fuse.Status(e)
+}
+
+const ioLogBurst = 10
+
+// ioLog rate-limits the log lines of I/O errors.
+type ioLog struct {
+	now     func() time.Time // default: time.Now
+	mu      sync.Mutex
+	second  time.Time
+	n       int
+	dropped int
+}
+
+func (l *ioLog) log(logf func(string, ...any), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clock := l.now
+	if clock == nil {
+		clock = time.Now
+	}
+	now := clock().Truncate(time.Second)
+	if !now.Equal(l.second) {
+		if l.dropped > 0 {
+			logf("cairn: %d more I/O errors not logged", l.dropped)
+		}
+		l.second, l.n, l.dropped = now, 0, 0
+	}
+	if l.n++; l.n > ioLogBurst {
+		l.dropped++
+		return
+	}
+	logf("cairn: I/O error (the caller got EIO): %v", err)
 }

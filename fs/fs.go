@@ -44,6 +44,7 @@ type FS struct {
 	dirs        map[uint64][]journal.DirEntry
 	backing     map[journal.Ino]*backingRef
 	passthrough bool // false once registering a backing file failed
+	ioLog       ioLog
 }
 
 type openFile struct {
@@ -204,7 +205,7 @@ func (f *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *
 		return fuse.OK
 	}
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	f.entry(a, out)
 	return fuse.OK
@@ -239,7 +240,7 @@ func (f *FS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrO
 		return fuse.Status(syscall.ESTALE)
 	}
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	fillAttr(a, &out.Attr)
 	out.SetTimeout(f.opts.Timeout)
@@ -291,7 +292,7 @@ func (f *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrO
 	defer stop()
 	a, err := f.j.SetAttr(c, f.caller(&in.InHeader, s.Valid&(journal.SetMode|journal.SetUID|journal.SetGID) != 0), ino(in.NodeId), s)
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	fillAttr(a, &out.Attr)
 	out.SetTimeout(f.opts.Timeout)
@@ -306,7 +307,7 @@ func (f *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *f
 	}
 	a, err := f.j.Mknod(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, t, in.Mode&journal.ModePerm, decodeDev(in.Rdev))
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	f.entry(a, out)
 	return fuse.OK
@@ -316,7 +317,7 @@ func (f *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *f
 func (f *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	a, err := f.j.Mkdir(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, in.Mode&journal.ModePerm)
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	f.entry(a, out)
 	return fuse.OK
@@ -324,12 +325,12 @@ func (f *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *f
 
 // Unlink implements fuse.RawFileSystem.
 func (f *FS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return status(f.j.Unlink(bg, f.caller(h, false), ino(h.NodeId), name))
+	return f.status(f.j.Unlink(bg, f.caller(h, false), ino(h.NodeId), name))
 }
 
 // Rmdir implements fuse.RawFileSystem.
 func (f *FS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return status(f.j.Rmdir(bg, f.caller(h, false), ino(h.NodeId), name))
+	return f.status(f.j.Rmdir(bg, f.caller(h, false), ino(h.NodeId), name))
 }
 
 // Rename implements fuse.RawFileSystem.
@@ -338,14 +339,14 @@ func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName 
 	if in.Flags&^known != 0 {
 		return fuse.EINVAL // RENAME_WHITEOUT: overlayfs only
 	}
-	return status(f.j.Rename(bg, f.caller(&in.InHeader, false), ino(in.NodeId), oldName, ino(in.Newdir), newName, journal.RenameFlags(in.Flags)))
+	return f.status(f.j.Rename(bg, f.caller(&in.InHeader, false), ino(in.NodeId), oldName, ino(in.Newdir), newName, journal.RenameFlags(in.Flags)))
 }
 
 // Link implements fuse.RawFileSystem.
 func (f *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
 	a, err := f.j.Link(bg, f.caller(&in.InHeader, false), ino(in.Oldnodeid), ino(in.NodeId), name)
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	f.entry(a, out)
 	return fuse.OK
@@ -355,7 +356,7 @@ func (f *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fus
 func (f *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
 	a, err := f.j.Symlink(bg, f.caller(h, true), ino(h.NodeId), name, target)
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	f.entry(a, out)
 	return fuse.OK
@@ -365,7 +366,7 @@ func (f *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name stri
 func (f *FS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
 	t, err := f.j.Readlink(bg, ino(h.NodeId))
 	if err != nil {
-		return nil, status(err)
+		return nil, f.status(err)
 	}
 	return []byte(t), fuse.OK
 }
@@ -374,7 +375,7 @@ func (f *FS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.St
 func (f *FS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string, dest []byte) (uint32, fuse.Status) {
 	v, err := f.j.GetXattr(bg, ino(h.NodeId), name)
 	if err != nil {
-		return 0, status(err)
+		return 0, f.status(err)
 	}
 	if len(dest) < len(v) {
 		return uint32(len(v)), fuse.ERANGE
@@ -386,7 +387,7 @@ func (f *FS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string, des
 func (f *FS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
 	names, err := f.j.ListXattr(bg, ino(h.NodeId))
 	if err != nil {
-		return 0, status(err)
+		return 0, f.status(err)
 	}
 	var b []byte
 	for _, n := range names {
@@ -400,19 +401,19 @@ func (f *FS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (u
 
 // SetXAttr implements fuse.RawFileSystem.
 func (f *FS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, name string, data []byte) fuse.Status {
-	return status(f.j.SetXattr(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, data, journal.XattrFlags(in.Flags)))
+	return f.status(f.j.SetXattr(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, data, journal.XattrFlags(in.Flags)))
 }
 
 // RemoveXAttr implements fuse.RawFileSystem.
 func (f *FS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return status(f.j.RemoveXattr(bg, f.caller(h, true), ino(h.NodeId), name))
+	return f.status(f.j.RemoveXattr(bg, f.caller(h, true), ino(h.NodeId), name))
 }
 
 // Create implements fuse.RawFileSystem.
 func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	a, err := f.j.Create(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, in.Mode&journal.ModePerm)
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	if st := f.open(a.Ino, in.Flags, &out.OpenOut); st != fuse.OK {
 		// The file exists; the kernel will see it on its next lookup.
@@ -434,7 +435,7 @@ func (f *FS) open(n journal.Ino, flags uint32, out *fuse.OpenOut) fuse.Status {
 	f.mu.Unlock()
 	h, err := f.j.Open(bg, journal.Root, n, write, want)
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	of := &openFile{h: h}
 	f.mu.Lock()
@@ -519,7 +520,7 @@ func (f *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Rea
 	defer stop()
 	n, err := f.j.Read(c, ino(in.NodeId), buf[:min(len(buf), int(in.Size))], int64(in.Offset))
 	if err != nil {
-		return nil, status(err)
+		return nil, f.status(err)
 	}
 	return fuse.ReadResultData(buf[:n]), fuse.OK
 }
@@ -531,7 +532,7 @@ func (f *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint3
 	}
 	n, err := f.j.Write(bg, f.caller(&in.InHeader, true), ino(in.NodeId), data, int64(in.Offset))
 	if err != nil && n == 0 {
-		return 0, status(err)
+		return 0, f.status(err)
 	}
 	return uint32(n), fuse.OK
 }
@@ -544,7 +545,7 @@ func (f *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut)
 	}
 	off, err := f.j.Lseek(bg, ino(in.NodeId), int64(in.Offset), int(in.Whence))
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	out.Offset = uint64(off)
 	return fuse.OK
@@ -559,12 +560,12 @@ func (f *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if f.stale(in.Fh) {
 		return fuse.Status(syscall.ESTALE)
 	}
-	return status(f.j.Fsync(bg, ino(in.NodeId), in.FsyncFlags&1 != 0))
+	return f.status(f.j.Fsync(bg, ino(in.NodeId), in.FsyncFlags&1 != 0))
 }
 
 // FsyncDir implements fuse.RawFileSystem.
 func (f *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	return status(f.j.Fsync(bg, ino(in.NodeId), false))
+	return f.status(f.j.Fsync(bg, ino(in.NodeId), false))
 }
 
 // Fallocate implements fuse.RawFileSystem.
@@ -572,7 +573,7 @@ func (f *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status
 	if f.stale(in.Fh) {
 		return fuse.Status(syscall.ESTALE)
 	}
-	return status(f.j.Fallocate(bg, f.caller(&in.InHeader, true), ino(in.NodeId), journal.FallocMode(in.Mode), int64(in.Offset), int64(in.Length)))
+	return f.status(f.j.Fallocate(bg, f.caller(&in.InHeader, true), ino(in.NodeId), journal.FallocMode(in.Mode), int64(in.Offset), int64(in.Length)))
 }
 
 // CopyFileRange implements fuse.RawFileSystem.
@@ -585,7 +586,7 @@ func (f *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (ui
 	}
 	n, err := f.j.CopyFileRange(bg, f.caller(&in.InHeader, true), ino(in.NodeId), int64(in.OffIn), ino(in.NodeIdOut), int64(in.OffOut), int64(min(in.Len, 1<<30)))
 	if err != nil && n == 0 {
-		return 0, status(err)
+		return 0, f.status(err)
 	}
 	return uint32(n), fuse.OK
 }
@@ -594,7 +595,7 @@ func (f *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (ui
 func (f *FS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
 	s, err := f.j.StatFs(bg)
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Bfree, s.Bavail
 	out.Files, out.Ffree = s.Files, s.Ffree
@@ -607,7 +608,7 @@ func (f *FS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOu
 func (f *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	ents, err := f.j.ReadDir(bg, ino(in.NodeId))
 	if err != nil {
-		return status(err)
+		return f.status(err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

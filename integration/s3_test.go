@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,6 +119,21 @@ func TestS3_OutboxAndResume(t *testing.T) {
 	diffManifests(t, "resumed on another machine, warmed up, S3 down", want, manifest(t, odir))
 	if b, _ := os.ReadFile(filepath.Join(odir, "README")); string(b) != "turn 2, written while S3 was down\n" {
 		t.Errorf("README on the other machine = %q", b)
+	}
+	srv.Restart(t)
+
+	// A machine that did not warm up, with S3 gone: a read of what is not
+	// cached fails with EIO after the bounded retries, and the daemon's log
+	// names what could not be read.
+	other.must("unmount", "w")
+	third := in.otherMachine()
+	tdir := third.mount("w")
+	srv.Stop(t)
+	if _, err := os.ReadFile(filepath.Join(tdir, "data/big.bin")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("reading an uncached file with S3 down: %v, want EIO", err)
+	}
+	if log, _ := os.ReadFile(filepath.Join(third.home, "workspaces", "w", "daemon.log")); !strings.Contains(string(log), "I/O error") || !strings.Contains(string(log), "s3 get") {
+		t.Errorf("the daemon's log does not name the failed read:\n%s", log)
 	}
 	srv.Restart(t)
 }
