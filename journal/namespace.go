@@ -522,18 +522,24 @@ func (j *Journal) ReadDir(ctx context.Context, ino Ino) ([]DirEntry, error) {
 	if err := j.ensureDir(ctx, ino); err != nil {
 		return nil, err
 	}
+	return j.dentries(ino, 0)
+}
+
+// dentries returns up to max (0: all) entries of the loaded directory dir,
+// sorted bytewise by name.
+func (j *Journal) dentries(dir Ino, max int) ([]DirEntry, error) {
 	var out []DirEntry
 	err := j.db.View(func(txn *badger.Txn) error {
-		prefix := dentryPrefix(j.m.Epoch, ino)
+		prefix := dentryPrefix(j.m.Epoch, dir)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+		for it.Rewind(); it.Valid() && (max == 0 || len(out) < max); it.Next() {
 			item := it.Item()
 			name := string(item.Key()[len(prefix):])
 			err := item.Value(func(v []byte) error {
 				child, t, ok := parseDentry(v)
 				if !ok {
-					return fmt.Errorf("%w: bad directory entry %q in %d", ErrIO, name, ino)
+					return fmt.Errorf("%w: bad directory entry %q in %d", ErrIO, name, dir)
 				}
 				out = append(out, DirEntry{Name: name, Ino: child, Type: t})
 				return nil

@@ -294,7 +294,7 @@ func (j *Journal) removeAll(ctx context.Context, parent Ino, name string, now in
 			return err
 		}
 		for {
-			ents, err := j.firstEntries(ino, loadBatch)
+			ents, err := j.dentries(ino, loadBatch)
 			if err != nil {
 				return err
 			}
@@ -350,33 +350,6 @@ func (j *Journal) removeAll(ctx context.Context, parent Ino, name string, now in
 		}
 		return j.markDirUp(txn, parent)
 	})
-}
-
-// firstEntries returns up to max entries of a loaded directory.
-func (j *Journal) firstEntries(dir Ino, max int) ([]DirEntry, error) {
-	var out []DirEntry
-	err := j.db.View(func(txn *badger.Txn) error {
-		prefix := dentryPrefix(j.m.Epoch, dir)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
-		defer it.Close()
-		for it.Rewind(); it.Valid() && len(out) < max; it.Next() {
-			item := it.Item()
-			name := string(item.Key()[len(prefix):])
-			err := item.Value(func(v []byte) error {
-				child, t, ok := parseDentry(v)
-				if !ok {
-					return fmt.Errorf("%w: bad directory entry %q in %d", ErrIO, name, dir)
-				}
-				out = append(out, DirEntry{Name: name, Ino: child, Type: t})
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return out, err
 }
 
 // graft writes snapshot entry e, and its subtree, as parent/name with
