@@ -53,6 +53,9 @@ func TestS3_OutboxAndResume(t *testing.T) {
 	writeFiles(t, dir, map[string]string{"src/main.go": "package main\n", "README": "turn 1\n"})
 	big := strings.Repeat("0123456789abcdef", 1<<18) // 4 MiB
 	writeFiles(t, dir, map[string]string{"data/big.bin": big})
+	git(t, dir, "init", "-q")
+	git(t, dir, "add", "-A")
+	git(t, dir, "commit", "-qm", "turn 1")
 	r := in.run("snapshot", "--wait", "w", "-m", "turn 1")
 	if r.code != 0 || strings.Contains(r.stderr, "queued") {
 		t.Fatalf("snapshot --wait: exit %d, stderr %q", r.code, r.stderr)
@@ -119,6 +122,12 @@ func TestS3_OutboxAndResume(t *testing.T) {
 	diffManifests(t, "resumed on another machine, warmed up, S3 down", want, manifest(t, odir))
 	if b, _ := os.ReadFile(filepath.Join(odir, "README")); string(b) != "turn 2, written while S3 was down\n" {
 		t.Errorf("README on the other machine = %q", b)
+	}
+	// git sees the resumed checkout as the first machine left it: the
+	// files changed after the commit, and nothing else (stat data, inode
+	// numbers included, came back exactly).
+	if out := git(t, odir, "status", "--porcelain"); out != " M README\n?? src/new.go\n" {
+		t.Errorf("git status on the other machine:\n%s", out)
 	}
 	srv.Restart(t)
 

@@ -107,6 +107,13 @@ func runStatus(ctx context.Context, w io.Writer, g globals, ws string, asJSON bo
 		return err
 	}
 	for _, s := range out {
+		if l := s.Lease; l != nil {
+			msg := fmt.Sprintf("%s: lease %s, until %s", s.Workspace, l.State, l.Expires.Local().Format(time.DateTime))
+			if l.LastError != "" {
+				msg += " (" + l.LastError + ")"
+			}
+			fmt.Fprintln(w, msg)
+		}
 		if u := s.Uploads; u != nil && (u.Pending > 0 || u.Failing != "" || len(u.Lost) > 0) {
 			fmt.Fprintf(w, "%s: %s\n", s.Workspace, uploadsString(u))
 		}
