@@ -376,6 +376,7 @@ func TestStore_OneByteChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(5, 5))
+	cascades := 0
 	for i := range 5 {
 		before := s.Stats().NewBlobs
 		pos := r.IntN(size)
@@ -385,12 +386,19 @@ func TestStore_OneByteChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		added := s.Stats().NewBlobs - before
-		// At most two new data chunks (the edit can move one boundary),
+		// One or two new data chunks (the edit can move one boundary),
 		// plus the chunk-list blob(s) that changed (a 100 MiB file has ~2900
-		// chunks of ~36 KiB: one chunk-list blob).
+		// chunks of ~36 KiB: one chunk-list blob). Rarely more: normalized
+		// chunking judges a cut point by its distance from the chunk's
+		// start, so a boundary that moved can move the next ones before the
+		// chunks realign. Measured over 6250 one-byte edits of random data
+		// with random store keys: 1 chunk 99.7%, 2 0.14%, 3-6 0.13%.
 		dataAdded := added - uint64(len(fc.ChunkLists))
 		if dataAdded > 2 {
-			t.Errorf("change %d at byte %d of %d MiB added %d data chunks, want <= 2", i, pos, size>>20, dataAdded)
+			cascades++
+		}
+		if dataAdded > 8 || cascades > 1 {
+			t.Errorf("change %d at byte %d of %d MiB added %d data chunks (%d edits of 5 added more than 2)", i, pos, size>>20, dataAdded, cascades)
 		}
 	}
 }
