@@ -32,6 +32,7 @@ var (
 	gatewayFl = flag.String("versitygw", ".bin/versitygw", "the versitygw binary")
 	workDir   = flag.String("dir", "/var/tmp", "where to put the S3 server's data, the source tree and cairn's state")
 	upload    = flag.Int64("upload", 512<<20, "bytes of random data for the upload rate")
+	profile   = flag.String("profile", "", "write a CPU profile of the daemon that reads after warmup to this file")
 )
 
 const (
@@ -197,7 +198,12 @@ func run() error {
 		return err
 	}
 	rs.add("S3: cairn warmup of the head on a third machine", dur(time.Since(start)), "")
-	if _, err := cairn(homeC, s3url, "mount", "src", mntC); err != nil {
+	if *profile != "" {
+		os.Setenv("CAIRN_CPUPROFILE", *profile)
+	}
+	_, err = cairn(homeC, s3url, "mount", "src", mntC)
+	os.Unsetenv("CAIRN_CPUPROFILE")
+	if err != nil {
 		return err
 	}
 	defer cairn(homeC, s3url, "unmount", "--no-wait", "src")
