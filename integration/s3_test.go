@@ -205,6 +205,21 @@ func TestS3_LeaseAndTakeover(t *testing.T) {
 			t.Fatalf("second mount %v while the lease lives: exit %d, %s", extra, r.code, r.stderr)
 		}
 	}
+	// Another machine sees where the workspace is mounted.
+	wss := decodeJSON[[]struct {
+		Name  string `json:"name"`
+		Lease *struct {
+			Holder struct {
+				Description string `json:"description"`
+			} `json:"holder"`
+		} `json:"lease"`
+	}](t, b.must("workspaces", "--json"))
+	if len(wss) != 1 || wss[0].Lease == nil || wss[0].Lease.Holder.Description != "mount "+adir {
+		t.Errorf("workspaces on the other machine: %+v", wss)
+	}
+	if out := b.must("workspaces"); !strings.Contains(out, "lease until") {
+		t.Errorf("workspaces:\n%s", out)
+	}
 	lease := decodeJSON[[]struct {
 		Lease struct {
 			State string `json:"state"`

@@ -248,6 +248,11 @@ type workspaceInfo struct {
 	Mounted      string    `json:"mounted,omitempty"` // the mount point, if a daemon here serves it
 	LocalJournal bool      `json:"local_journal"`     // this state directory has a journal of it
 	LastActivity time.Time `json:"last_activity,omitzero"`
+	// Lease is the lease of the mount that serves it, wherever that is.
+	Lease *chunkstore.LeaseInfo `json:"lease,omitempty"`
+	// QueuedUploads counts writes to a remote store queued in its outbox
+	// here (a daemon uploads them; or the next mount or snapshot).
+	QueuedUploads int `json:"queued_uploads,omitempty"`
 }
 
 func newWorkspacesCommand() *cli.Command {
@@ -307,6 +312,12 @@ func runWorkspaces(ctx context.Context, w io.Writer, g globals, st *chunkstore.S
 				}
 			}
 		}
+		if l, err := st.Lease(ctx, wi.Name); err == nil && !l.Expired(time.Now()) {
+			wi.Lease = l
+		}
+		if q, err := os.ReadDir(filepath.Join(daemon.PathsOf(g.Home, wi.Name).Outbox, "q")); err == nil {
+			wi.QueuedUploads = len(q)
+		}
 		if r, err := daemon.ReadRecord(g.Home, wi.Name); err == nil && r.Alive() {
 			wi.Mounted = r.Dir
 			if cl, err := daemon.NewClient(r.Socket).Status(ctx); err == nil && cl.DirtyInodes > 0 {
@@ -326,8 +337,14 @@ func runWorkspaces(ctx context.Context, w io.Writer, g globals, st *chunkstore.S
 		if wi.Head != "" {
 			head = fmt.Sprintf("%s (@%d)", wi.Head[:12], wi.Seq)
 		}
-		if wi.Mounted != "" {
+		switch {
+		case wi.Mounted != "":
 			mnt = wi.Mounted
+		case wi.Lease != nil:
+			mnt = fmt.Sprintf("by %s (lease until %s)", wi.Lease.Holder, wi.Lease.Expires.Local().Format(time.DateTime))
+		}
+		if wi.QueuedUploads > 0 {
+			mnt += fmt.Sprintf("; %d uploads queued here", wi.QueuedUploads)
 		}
 		if !wi.LastActivity.IsZero() {
 			last = wi.LastActivity.Local().Format("2006-01-02 15:04:05")
