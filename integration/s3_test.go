@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +16,24 @@ import (
 	"github.com/cairnfs/cairn/internal/s3fault"
 	"github.com/cairnfs/cairn/internal/testenv"
 )
+
+// lockedBuffer collects a running command's output for a test to poll.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
 
 // newS3Instance is a state directory over a fresh bucket of srv.
 func newS3Instance(t *testing.T, srv *s3test.Server) *instance {
@@ -81,6 +101,22 @@ func TestS3_OutboxAndResume(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "data/big.bin")); err != nil || string(b) != big {
 		t.Fatalf("reading through the mount with S3 down: %d bytes, %v", len(b), err)
+	}
+	// An unmount waits for the uploads, and says so; interrupted, it leaves
+	// the workspace mounted (never a forced cleanup of a live daemon).
+	cmd := exec.Command(cairnBin, "unmount", "w")
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "AWS_EC2_METADATA_DISABLED=true"}, in.env()...)
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(stderr.String(), "waiting for") && time.Now().Before(deadline.Add(time.Minute)) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err == nil || !strings.Contains(stderr.String(), "interrupted") || !in.record("w").alive() || !isMounted(dir) {
+		t.Fatalf("unmount interrupted while waiting for uploads: %v, %q; mounted %v", err, stderr.String(), isMounted(dir))
 	}
 	// The daemon stops without waiting; the queue stays on disk.
 	in.must("unmount", "--no-wait", "w")

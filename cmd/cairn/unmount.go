@@ -69,7 +69,23 @@ func runUnmount(ctx context.Context, g globals, what string, noWait bool) error 
 		fmt.Printf("cleaned up the stale mount of %s at %s (its daemon, pid %d, was gone; the journal is kept)\n", r.Workspace, r.Dir, r.PID)
 		return nil
 	}
-	if err := daemon.NewClient(r.Socket).Unmount(ctx, daemon.UnmountRequest{NoWait: noWait}); errors.Is(err, daemon.ErrStale) {
+	cl := daemon.NewClient(r.Socket)
+	if !noWait {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if st, err := cl.Status(sctx); err == nil && st.Uploads != nil && st.Uploads.Pending > 0 {
+			msg := fmt.Sprintf("cairn: waiting for %d uploads to the store (%s)", st.Uploads.Pending, bytesString(uint64(st.Uploads.Bytes)))
+			if st.Uploads.Failing != "" {
+				msg += "; they fail at the moment: " + st.Uploads.Failing
+			}
+			fmt.Fprintln(os.Stderr, msg+"; interrupt to stop waiting (the workspace stays mounted), or unmount --no-wait to leave them queued for the next mount")
+		}
+		cancel()
+	}
+	err = cl.Unmount(ctx, daemon.UnmountRequest{NoWait: noWait})
+	if ctx.Err() != nil { // interrupted while the daemon drains its uploads: it serves on
+		return fmt.Errorf("interrupted: %s is still mounted at %s (cairn unmount --no-wait %s leaves its uploads queued)", r.Workspace, r.Dir, r.Workspace)
+	}
+	if errors.Is(err, daemon.ErrStale) {
 		// The process is there but does not answer: a daemon stuck or
 		// being killed. Clean up what it left.
 		if err := daemon.CleanStale(g.Home, r, ""); err != nil {
