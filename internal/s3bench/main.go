@@ -25,6 +25,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/cairnfs/cairn/internal/scratchfs"
 )
 
 var (
@@ -32,6 +34,7 @@ var (
 	gatewayFl = flag.String("versitygw", ".bin/versitygw", "the versitygw binary")
 	workDir   = flag.String("dir", "/var/tmp", "where to put the S3 server's data, the source tree and cairn's state")
 	upload    = flag.Int64("upload", 512<<20, "bytes of random data for the upload rate")
+	scratch   = flag.Int64("scratch", 16<<30, "run on a fresh ext4 of this many bytes (loop-mounted under -dir; see internal/scratchfs); 0: on -dir's own filesystem")
 	profile   = flag.String("profile", "", "write a CPU profile of the daemon that reads after warmup to this file")
 )
 
@@ -67,6 +70,14 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(base)
+	if *scratch > 0 {
+		unmount, err := scratchfs.Make(base, *scratch)
+		if err != nil {
+			return err
+		}
+		defer unmount()
+		base = filepath.Join(base, "fs")
+	}
 	endpoint, stop, err := startGateway(base)
 	if err != nil {
 		return err
