@@ -180,9 +180,10 @@ func run() error {
 	if _, err := cairn(homeL, local, "mount", "src", mntL); err != nil {
 		return err
 	}
-	if out, err := exec.Command("tar", "-C", mntL, "--strip-components=1", "-xf", tarball).CombinedOutput(); err != nil {
+	if out, err := exec.Command("sh", "-c", fmt.Sprintf("tar -C %s --strip-components=1 -xf %s && cd %s && git init -q && git add -A && git -c user.email=b@b -c user.name=b commit -qm tree",
+		mntL, tarball, mntL)).CombinedOutput(); err != nil {
 		cairn(homeL, local, "unmount", "src")
-		return fmt.Errorf("tar -x on the local store: %v: %s", err, out)
+		return fmt.Errorf("make the source tree on the local store: %v: %s", err, out)
 	}
 	if _, err := cairn(homeL, local, "snapshot", "src"); err != nil {
 		return err
