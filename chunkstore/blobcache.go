@@ -209,16 +209,8 @@ func (c *blobCache) put(id ID, data []byte) {
 	if skip {
 		return
 	}
-	tmp, err := os.CreateTemp(c.dir, ".tmp-*")
+	tmp, err := writeTemp(c.dir, data)
 	if err != nil {
-		return
-	}
-	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
 		return
 	}
 	// Rename under the lock, so that the table and the files agree: an
@@ -226,18 +218,18 @@ func (c *blobCache) put(id ID, data []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || c.tab.find(c.ents, id) != 0 {
-		os.Remove(tmp.Name())
+		os.Remove(tmp)
 		return
 	}
 	p := c.path(id)
-	err = os.Rename(tmp.Name(), p)
+	err = os.Rename(tmp, p)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err = os.Mkdir(filepath.Dir(p), 0o700); err == nil || errors.Is(err, fs.ErrExist) {
-			err = os.Rename(tmp.Name(), p)
+			err = os.Rename(tmp, p)
 		}
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
+		os.Remove(tmp)
 		return
 	}
 	c.add(id, blocks, uint32(time.Now().Unix()), true)

@@ -37,20 +37,31 @@ func (c *indexCache) load(id ID) ([]byte, bool) {
 // store writes a verified index file to the cache, atomically. Failures are
 // ignored: the file is fetched again next time.
 func (c *indexCache) store(id ID, data []byte) {
-	tmp, err := os.CreateTemp(c.dir, ".tmp-*")
+	tmp, err := writeTemp(c.dir, data)
 	if err != nil {
 		return
 	}
-	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
+	if os.Rename(tmp, c.path(id)) != nil {
+		os.Remove(tmp)
+	}
+}
+
+// writeTemp writes data to a new temporary file in dir, for the caller to
+// rename into place, and returns its path. On failure nothing is left.
+func writeTemp(dir string, data []byte) (string, error) {
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), c.path(id))
-	}
 	if err != nil {
-		os.Remove(tmp.Name())
+		os.Remove(f.Name())
+		return "", err
 	}
+	return f.Name(), nil
 }
 
 // prune removes cached index files the backend no longer lists.

@@ -404,35 +404,42 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 	now := j.cfg.Clock()
 	var dropped []*inode
 	err = j.update(func(txn *badger.Txn) error {
-		p, err := j.getInode(txn, parent)
-		if err != nil {
-			return err
-		}
-		n, err := j.getInode(txn, target)
-		if err != nil {
-			return err
-		}
-		if isDir {
-			if empty, err := j.isEmpty(txn, target); err != nil {
-				return err
-			} else if !empty {
-				return fmt.Errorf("rmdir %q: %w", name, ErrNotEmpty)
-			}
-			p.Nlink--
-		}
-		p.Mtime, p.Ctime = now, now
-		if err := j.putInode(txn, p); err != nil {
-			return err
-		}
-		if err := j.dropName(txn, parent, name, n, now, &dropped); err != nil {
-			return err
-		}
-		return j.markDirUp(txn, parent)
+		return j.removeEntry(txn, parent, name, target, isDir, now, &dropped)
 	})
 	if err == nil {
 		j.forget(dropped)
 	}
 	return err
+}
+
+// removeEntry removes parent/name, inode ino (an empty directory if isDir),
+// in txn: the parent's link count and times, the name, and the inode if
+// that was its last name.
+func (j *Journal) removeEntry(txn *badger.Txn, parent Ino, name string, ino Ino, isDir bool, now int64, dropped *[]*inode) error {
+	p, err := j.getInode(txn, parent)
+	if err != nil {
+		return err
+	}
+	n, err := j.getInode(txn, ino)
+	if err != nil {
+		return err
+	}
+	if isDir {
+		if empty, err := j.isEmpty(txn, ino); err != nil {
+			return err
+		} else if !empty {
+			return fmt.Errorf("rmdir %q: %w", name, ErrNotEmpty)
+		}
+		p.Nlink--
+	}
+	p.Mtime, p.Ctime = now, now
+	if err := j.putInode(txn, p); err != nil {
+		return err
+	}
+	if err := j.dropName(txn, parent, name, n, now, dropped); err != nil {
+		return err
+	}
+	return j.markDirUp(txn, parent)
 }
 
 // dropName removes the dentry parent/name of n and one link of n, deleting n

@@ -330,25 +330,7 @@ func (j *Journal) removeAll(ctx context.Context, parent Ino, name string, now in
 		delete(j.loadedDirs, ino)
 	}
 	return j.update(func(txn *badger.Txn) error {
-		p, err := j.getInode(txn, parent)
-		if err != nil {
-			return err
-		}
-		n, err := j.getInode(txn, ino)
-		if err != nil {
-			return err
-		}
-		if t == TypeDir {
-			p.Nlink--
-		}
-		p.Mtime, p.Ctime = now, now
-		if err := j.putInode(txn, p); err != nil {
-			return err
-		}
-		if err := j.dropName(txn, parent, name, n, now, dropped); err != nil {
-			return err
-		}
-		return j.markDirUp(txn, parent)
+		return j.removeEntry(txn, parent, name, ino, t == TypeDir, now, dropped)
 	})
 }
 

@@ -58,19 +58,11 @@ func main() {
 }
 
 func run() error {
-	base, err := os.MkdirTemp(*workDir, "cairn-bench-")
+	base, cleanup, err := scratchfs.WorkDir(*workDir, "cairn-bench-", *scratch)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(base)
-	if *scratch > 0 {
-		unmount, err := scratchfs.Make(base, *scratch)
-		if err != nil {
-			return err
-		}
-		defer unmount()
-		base = filepath.Join(base, "fs")
-	}
+	defer cleanup()
 	ext4 := filepath.Join(base, "ext4")
 	os.MkdirAll(ext4, 0o755)
 

@@ -65,19 +65,11 @@ func (rs *rows) add(what, value, target string) {
 }
 
 func run() error {
-	base, err := os.MkdirTemp(*workDir, "cairn-s3bench-")
+	base, cleanup, err := scratchfs.WorkDir(*workDir, "cairn-s3bench-", *scratch)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(base)
-	if *scratch > 0 {
-		unmount, err := scratchfs.Make(base, *scratch)
-		if err != nil {
-			return err
-		}
-		defer unmount()
-		base = filepath.Join(base, "fs")
-	}
+	defer cleanup()
 	endpoint, stop, err := startGateway(base)
 	if err != nil {
 		return err

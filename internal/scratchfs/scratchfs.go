@@ -47,3 +47,22 @@ func Make(base string, size int64) (func(), error) {
 		}
 	}, nil
 }
+
+// WorkDir makes a temporary directory under dir for a benchmark and, with
+// size > 0, a fresh ext4 of size bytes inside it (see Make). It returns
+// where to work and what removes it all.
+func WorkDir(dir, prefix string, size int64) (string, func(), error) {
+	base, err := os.MkdirTemp(dir, prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	if size <= 0 {
+		return base, func() { os.RemoveAll(base) }, nil
+	}
+	unmount, err := Make(base, size)
+	if err != nil {
+		os.RemoveAll(base)
+		return "", nil, err
+	}
+	return filepath.Join(base, "fs"), func() { unmount(); os.RemoveAll(base) }, nil
+}
