@@ -80,7 +80,7 @@ s3bench: build tools
 	$(GO) run ./internal/s3bench -cairn bin/cairn -versitygw $(BIN)/versitygw
 
 ## fsbench: ext4 vs a plain go-fuse loopback vs cairn, side by side (root, /dev/fuse).
-fsbench: build
+fsbench: build tools
 	$(GO) run ./internal/fsbench -cairn bin/cairn -json bench-fs.json
 
 lint: tools
@@ -91,10 +91,11 @@ lint: tools
 
 tools: $(BIN)/.versitygw-$(VERSITYGW_VERSION) $(BIN)/.staticcheck-$(STATICCHECK_VERSION) debs
 
-# Programs the integration tests drive through the mount; installed only when missing.
-DEBS := git sqlite3 tar diffutils
+# Programs the integration tests drive through the mount, and mkfs.ext4 for the
+# benchmarks' scratch filesystem (PACKAGE:COMMAND); installed only when missing.
+DEBS := git:git sqlite3:sqlite3 tar:tar diffutils:diff e2fsprogs:mkfs.ext4
 debs:
-	@missing=""; for p in $(DEBS); do command -v $$( [ $$p = diffutils ] && echo diff || echo $$p ) >/dev/null || missing="$$missing $$p"; done; \
+	@missing=""; for pc in $(DEBS); do command -v $${pc#*:} >/dev/null || missing="$$missing $${pc%%:*}"; done; \
 	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
 $(BIN)/.versitygw-$(VERSITYGW_VERSION):
