@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"strings"
@@ -369,5 +370,56 @@ func TestOpen_NoCredentials(t *testing.T) {
 	_, err := s3.Open(context.Background(), s3.Config{Bucket: "b", Endpoint: "http://127.0.0.1:1", Region: "us-east-1", PathStyle: true})
 	if !errors.Is(err, backend.ErrPermission) || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID") {
 		t.Fatalf("Open without credentials: err = %v, want ErrPermission naming AWS_ACCESS_KEY_ID", err)
+	}
+}
+
+// flipReader reads as its data the first time through and with one byte
+// flipped after it is rewound: a body that changes between the checksum
+// pass and the send, as a bad disk or memory would.
+type flipReader struct {
+	data   []byte
+	off    int64
+	passes int
+}
+
+func (r *flipReader) Read(p []byte) (int, error) {
+	if r.off >= int64(len(r.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.data[r.off:])
+	if r.passes > 1 && r.off == 0 && n > 0 {
+		p[0] ^= 0xff
+	}
+	r.off += int64(n)
+	return n, nil
+}
+
+func (r *flipReader) Seek(off int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+		r.off = off
+	case io.SeekEnd:
+		r.off = int64(len(r.data)) + off
+	default:
+		r.off += off
+	}
+	if r.off == 0 {
+		r.passes++
+	}
+	return r.off, nil
+}
+
+// TestBackend_PutChecksum: every upload carries a CRC32C the server checks,
+// so a body that changes in flight is refused, never stored.
+func TestBackend_PutChecksum(t *testing.T) {
+	srv := s3test.Start(t)
+	b := srv.Backend(t, srv.NewBucket(t), "p")
+	ctx := context.Background()
+	if _, err := b.Put(ctx, "packs/00/x", &flipReader{data: []byte("pack bytes")}, backend.Condition{}); err == nil {
+		data, _ := backend.ReadAll(ctx, b, "packs/00/x")
+		t.Fatalf("Put of a body that changed after its checksum succeeded; stored %q", data)
+	}
+	if _, err := b.Stat(ctx, "packs/00/x"); !errors.Is(err, backend.ErrNotFound) {
+		t.Errorf("Stat after the refused Put: %v, want ErrNotFound", err)
 	}
 }
