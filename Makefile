@@ -66,6 +66,7 @@ bench: tools
 	$(GO) test -run '^$$' -bench 'Create|Lookup|Unlink' -benchtime 20000x ./journal/
 	$(GO) test -run '^$$' -bench 'SnapshotSmallChange|Rollback' -benchtime 50x ./journal/
 	$(GO) test -run '^$$' -bench 'Fork' -benchtime 20x ./journal/
+	$(GO) test -run '^$$' -bench 'ColdWalk' -benchtime 5x ./journal/
 	$(GO) test -run '^$$' -bench 'Memory100k' -benchtime 1x ./journal/
 	$(GO) test -run '^$$' -bench 'CreateOpenRelease' -benchtime 5000x ./journal/
 	$(MAKE) --no-print-directory fsbench
