@@ -644,7 +644,12 @@ func (f *FS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.St
 	if !ok {
 		return fuse.EBADF
 	}
-	// Offsets: 0 and 1 are "." and "..", 2+i is ents[i].
+	// Offsets: 0 and 1 are "." and "..", 2+i is ents[i]. With plus, the
+	// attributes come from the journal in batches (LookupAll) of the
+	// entries that may fit in the kernel's buffer.
+	var attrs []journal.Attr
+	var errs []error
+	var batchStart uint64
 	for off := in.Offset; off < uint64(len(ents))+2; off++ {
 		e := fuse.DirEntry{Off: off + 1}
 		switch off {
@@ -669,12 +674,25 @@ func (f *FS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.St
 		if off < 2 {
 			continue // the kernel does not look up "." and ".."
 		}
-		a, err := f.j.Lookup(bg, ino(in.NodeId), e.Name)
-		if err != nil {
+		i := off - 2
+		if attrs == nil || i >= batchStart+uint64(len(attrs)) {
+			// A READDIRPLUS entry takes at least 152 bytes of the buffer.
+			n := min(uint64(len(ents))-i, uint64(in.Size)/152+1)
+			names := make([]string, n)
+			for k := range names {
+				names[k] = ents[i+uint64(k)].Name
+			}
+			var err error
+			if attrs, errs, err = f.j.LookupAll(bg, ino(in.NodeId), names); err != nil {
+				return f.status(err)
+			}
+			batchStart = i
+		}
+		if errs[i-batchStart] != nil {
 			*eo = fuse.EntryOut{} // gone since the listing was read: no entry
 			continue
 		}
-		f.entry(a, eo)
+		f.entry(attrs[i-batchStart], eo)
 	}
 	return fuse.OK
 }

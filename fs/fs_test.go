@@ -2,6 +2,11 @@ package fs_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
@@ -61,5 +66,52 @@ func TestPosix(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestReadDirPlus_Attrs: a listing with attributes (READDIRPLUS, which the
+// kernel uses for a directory it has not seen) gives each entry its own
+// attributes, across the batches the daemon looks them up in and the
+// several requests a large directory takes. The entries are made through
+// the journal, so the kernel learns of them only from the listing.
+func TestReadDirPlus_Attrs(t *testing.T) {
+	dir, j := mount(t, fs.Options{})
+	ctx := context.Background()
+	d, err := j.Mkdir(ctx, journal.Root, journal.RootIno, "big", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	want := map[string]journal.Attr{}
+	for i := range n {
+		name := fmt.Sprintf("f%04d-%s", i, strings.Repeat("x", i%200))
+		a, err := j.Create(ctx, journal.Root, d.Ino, name, 0o600|uint32(i%2)*0o044)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := j.Write(ctx, journal.Root, a.Ino, make([]byte, i), 0); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = a
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(ents); got != n {
+		t.Fatalf("listed %d entries, want %d", got, n)
+	}
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		w := want[e.Name()]
+		var i int
+		fmt.Sscanf(e.Name(), "f%04d", &i)
+		if st.Ino != uint64(w.Ino) || fi.Size() != int64(i) || st.Mode&0o777 != 0o600|uint32(i%2)*0o044 {
+			t.Fatalf("%s: ino %d size %d mode %o, want ino %d size %d mode %o", e.Name(), st.Ino, fi.Size(), st.Mode&0o777, w.Ino, i, 0o600|uint32(i%2)*0o044)
+		}
 	}
 }

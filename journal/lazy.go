@@ -19,14 +19,15 @@ import (
 // size of a transaction.
 const loadBatch = 2000
 
-// loaded returns dir with its entries loaded. dir must be a directory.
-func (j *Journal) loaded(ctx context.Context, dir *inode) (*inode, error) {
+// load returns dir with its entries loaded, and the base tree it loaded
+// them from (nil if dir was loaded before). dir must be a directory.
+func (j *Journal) load(ctx context.Context, dir *inode) (*inode, *chunkstore.Tree, error) {
 	if dir.Loaded {
-		return dir, nil
+		return dir, nil, nil
 	}
 	tree, err := j.store.Tree(ctx, dir.Tree)
 	if err != nil {
-		return nil, fmt.Errorf("%w: load directory %d from the store: %v", ErrIO, dir.Ino, err)
+		return nil, nil, fmt.Errorf("%w: load directory %d from the store: %v", ErrIO, dir.Ino, err)
 	}
 	subdirs := uint32(0)
 	for start := 0; start < len(tree.Entries); start += loadBatch {
@@ -40,7 +41,7 @@ func (j *Journal) loaded(ctx context.Context, dir *inode) (*inode, error) {
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
+			return nil, nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
 		}
 	}
 	for i := range tree.Entries {
@@ -53,9 +54,9 @@ func (j *Journal) loaded(ctx context.Context, dir *inode) (*inode, error) {
 		dir.Nlink = 2 + subdirs // the root has no tree entry to carry it
 	}
 	if err := j.write(func(txn *badger.Txn) error { return j.putInode(txn, dir) }); err != nil {
-		return nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
+		return nil, nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
 	}
-	return dir, nil
+	return dir, tree, nil
 }
 
 // loadEntry copies one base tree entry into the journal. A hardlinked inode
@@ -107,8 +108,16 @@ func (j *Journal) loadEntry(txn *badger.Txn, parent Ino, e *chunkstore.Entry) er
 // ensureDir checks that ino is a directory and loads its entries, before
 // the operation's own transaction (whose snapshot must include them).
 func (j *Journal) ensureDir(ctx context.Context, ino Ino) error {
+	_, err := j.ensureDirTree(ctx, ino)
+	return err
+}
+
+// ensureDirTree is ensureDir that also returns the base tree the entries
+// were loaded from, if this call loaded them (else nil): the directory's
+// entries are then exactly the tree's, in the same (bytewise) order.
+func (j *Journal) ensureDirTree(ctx context.Context, ino Ino) (*chunkstore.Tree, error) {
 	if _, ok := j.loadedDirs[ino]; ok {
-		return nil
+		return nil, nil
 	}
 	var n *inode
 	err := j.db.View(func(txn *badger.Txn) error {
@@ -117,14 +126,15 @@ func (j *Journal) ensureDir(ctx context.Context, ino Ino) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if n.Type != TypeDir {
-		return fmt.Errorf("inode %d: %w", ino, ErrNotDir)
+		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotDir)
 	}
-	if _, err := j.loaded(ctx, n); err != nil {
-		return err
+	_, tree, err := j.load(ctx, n)
+	if err != nil {
+		return nil, err
 	}
 	j.loadedDirs[ino] = struct{}{}
-	return nil
+	return tree, nil
 }

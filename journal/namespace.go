@@ -97,6 +97,47 @@ func (j *Journal) Lookup(ctx context.Context, parent Ino, name string) (Attr, er
 	return a, err
 }
 
+// LookupAll is Lookup of each of names in parent, under one lock and one
+// read transaction: a directory listing with attributes (READDIRPLUS)
+// costs one call per batch, not one per entry. errs[i] is Lookup's error
+// for names[i] ("." and ".." are not names here).
+func (j *Journal) LookupAll(ctx context.Context, parent Ino, names []string) (attrs []Attr, errs []error, err error) {
+	if err := j.lock(); err != nil {
+		return nil, nil, err
+	}
+	defer j.mu.Unlock()
+	if err := j.ensureDir(ctx, parent); err != nil {
+		return nil, nil, err
+	}
+	attrs, errs = make([]Attr, len(names)), make([]error, len(names))
+	err = j.db.View(func(txn *badger.Txn) error {
+		for i, name := range names {
+			if errs[i] = checkName(name); errs[i] != nil {
+				continue
+			}
+			ino, _, ok, err := j.child(txn, parent, name)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				errs[i] = fmt.Errorf("lookup %q in %d: %w", name, parent, ErrNotFound)
+				continue
+			}
+			n, err := j.getInode(txn, ino)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			attrs[i] = n.Attr
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return attrs, errs, nil
+}
+
 // GetAttr returns an inode's attributes.
 func (j *Journal) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 	if err := j.lock(); err != nil {
@@ -526,8 +567,17 @@ func (j *Journal) ReadDir(ctx context.Context, ino Ino) ([]DirEntry, error) {
 		return nil, err
 	}
 	defer j.mu.Unlock()
-	if err := j.ensureDir(ctx, ino); err != nil {
+	tree, err := j.ensureDirTree(ctx, ino)
+	if err != nil {
 		return nil, err
+	}
+	if tree != nil { // loaded just now: its entries are the tree's
+		out := make([]DirEntry, len(tree.Entries))
+		for i := range tree.Entries {
+			e := &tree.Entries[i]
+			out[i] = DirEntry{Name: e.Name, Ino: Ino(e.Ino), Type: e.Type}
+		}
+		return out, nil
 	}
 	return j.dentries(ino, 0)
 }
