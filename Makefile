@@ -27,7 +27,7 @@ FUZZ_TARGETS := \
 	./journal:FuzzDecodeInode \
 	./journal:FuzzDecodeMeta
 
-.PHONY: all build test unit race fuzz bench fsbench s3bench torture lint tools debs demo clean
+.PHONY: all build test unit race fuzz bench fsbench s3bench runbench torture lint tools debs demo clean
 
 all: build
 
@@ -69,12 +69,19 @@ bench: tools
 	$(GO) test -run '^$$' -bench 'ColdWalk' -benchtime 5x ./journal/
 	$(GO) test -run '^$$' -bench 'Memory100k' -benchtime 1x ./journal/
 	$(GO) test -run '^$$' -bench 'CreateOpenRelease' -benchtime 5000x ./journal/
+	$(GO) test -run '^$$' -bench 'Start' -benchtime 20x ./sandbox/
+	$(GO) test -run '^$$' -bench 'Syscall' ./sandbox/seccomp/
+	$(MAKE) --no-print-directory runbench
 	$(MAKE) --no-print-directory fsbench
 	$(MAKE) --no-print-directory s3bench
 
 ## torture: the history torture test at 1000 cycles (make test runs 100).
 torture: build
 	$(GO) test ./integration -run TestHistory_Torture -count=1 -timeout 60m -history.torture.cycles=1000
+
+## runbench: cairn run -- true end to end, daemon up, next to plain true.
+runbench: build
+	$(GO) run ./internal/runbench -cairn bin/cairn
 
 ## s3bench: resume a 10k-file source tree from S3 (versitygw on loopback) on an empty cache.
 s3bench: build tools

@@ -92,6 +92,11 @@ func lostSnapshot(v []byte) string {
 type SnapshotRequest struct {
 	Message string            `json:"message,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
+	// Provenance is added to the record's (cairn run: argv, exit status,
+	// limits...); the daemon adds the mount and the host.
+	Provenance map[string]string `json:"provenance,omitempty"`
+	// Excluded is recorded as what a policy kept out of the snapshot.
+	Excluded []chunkstore.Exclusion `json:"excluded,omitempty"`
 	// Wait returns only once the snapshot is uploaded and the ref moved
 	// (a remote store; a local one always is).
 	Wait bool `json:"wait,omitempty"`

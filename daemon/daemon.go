@@ -356,8 +356,12 @@ func (d *daemon) snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotRe
 		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
 	}
 	host, _ := os.Hostname()
+	prov := map[string]string{"mount": d.dir, "host": host}
+	for k, v := range req.Provenance {
+		prov[k] = v
+	}
 	id, err := d.j.Snapshot(ctx, journal.SnapshotOptions{Message: req.Message, Labels: req.Labels,
-		Provenance: map[string]string{"mount": d.dir, "host": host}})
+		Provenance: prov, Excluded: req.Excluded})
 	if err != nil {
 		return nil, err
 	}

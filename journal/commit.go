@@ -18,6 +18,9 @@ type SnapshotOptions struct {
 	Message    string
 	Labels     map[string]string
 	Provenance map[string]string
+	// Excluded lists what a policy kept out of the snapshot (cairn run's
+	// secret files), recorded so that nothing is left out silently.
+	Excluded []chunkstore.Exclusion
 }
 
 // Snapshot commits the live state as a new snapshot of the workspace and
@@ -130,6 +133,7 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 		Provenance:   opts.Provenance,
 		Stats:        c.stats,
 		Changes:      c.changes,
+		Excluded:     opts.Excluded,
 	}
 	if !j.m.Base.IsZero() {
 		snap.Parents = []chunkstore.ID{j.m.Base}

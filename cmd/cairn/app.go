@@ -44,7 +44,7 @@ func newApp() *cli.App {
 			},
 		},
 		Commands: []*cli.Command{newInitCommand(), newMountCommand(), newUnmountCommand(), newSnapshotCommand(), newStatusCommand(),
-			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand(), newRestoreCommand(), newExportCommand(), newImportCommand(), newWarmupCommand()},
+			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand(), newRestoreCommand(), newExportCommand(), newImportCommand(), newWarmupCommand(), newRunCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // exit codes are decided in exitCode
 		OnUsageError:    onUsageError,
@@ -150,6 +150,10 @@ const (
 func exitCode(w io.Writer, err error) int {
 	if err == nil {
 		return exitOK
+	}
+	var st exitStatus
+	if errors.As(err, &st) && errors.Unwrap(err) == nil {
+		return int(st) // cairn run: the command's own status, said by it
 	}
 	fmt.Fprintf(w, "cairn: %v\n", err)
 	var u usageError

@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/cairnfs/cairn/sandbox"
 )
 
 func main() {
+	sandbox.MaybeInit() // the sandbox's init and command starter: never return
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	app := newApp()
 	err := app.RunContext(ctx, interspersed(app, os.Args))

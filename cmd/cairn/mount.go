@@ -31,6 +31,9 @@ type mountOptions struct {
 	Foreground           bool
 	NoPassthrough        bool
 	Force                bool
+	// Quiet reports the mount on stderr, not stdout (cairn run: stdout
+	// is the command's).
+	Quiet bool
 }
 
 func newMountCommand() *cli.Command {
@@ -128,7 +131,11 @@ func runMount(ctx context.Context, opts mountOptions) error {
 	line, _ := bufio.NewReader(r).ReadString('\n')
 	line = strings.TrimSuffix(line, "\n")
 	if line == "ok" {
-		fmt.Printf("mounted %s at %s (daemon pid %d, log %s)\n", opts.Workspace, opts.Dir, cmd.Process.Pid, p.Log)
+		out := os.Stdout
+		if opts.Quiet {
+			out = os.Stderr
+		}
+		fmt.Fprintf(out, "mounted %s at %s (daemon pid %d, log %s)\n", opts.Workspace, opts.Dir, cmd.Process.Pid, p.Log)
 		return cmd.Process.Release()
 	}
 	cmd.Wait()
