@@ -192,8 +192,10 @@
 // Protected: the host's files (read-only, and only what "others" may read;
 // writable are /workspace, /tmp, /dev/shm and the persisted paths), its
 // processes (a pid namespace; the workload cannot see, signal or trace
-// anything outside), its network (a network namespace with only lo; egress
-// policy is netpolicy's, attached through BeforeStart), its kernel
+// anything outside), its network (a network namespace with only lo; or,
+// with Spec.HostNetwork, the host's, where the workload holds no capability
+// and an egress policy (package netpolicy) is attached to the run's cgroup
+// through BeforeStart), its kernel
 // interfaces (no capabilities, the seccomp allowlist, read-only /proc/sys
 // and /sys), the caller's environment, descriptors and terminal, and its
 // resources (memory, pids and CPU limits; everything killed at the end).

@@ -127,6 +127,9 @@ func (in *initProc) prepare(cfg *initConfig, fds []int) error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("set the hostname: %w", err)
 	}
+	if cfg.HostNetwork {
+		return nil
+	}
 	if err := loopbackUp(); err != nil {
 		return fmt.Errorf("bring up lo: %w", err)
 	}

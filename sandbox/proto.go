@@ -27,6 +27,9 @@ const (
 // mount descriptors.
 type initConfig struct {
 	Hostname string
+	// HostNetwork: the sandbox shares the host's network namespace (no lo
+	// to bring up).
+	HostNetwork bool
 	// TmpSize is the size of /tmp and /dev/shm in bytes; 0 = tmpfs default.
 	TmpSize int64
 	// Base lists the entries of the base root directory to recreate at the

@@ -212,6 +212,9 @@ func (r *runner) initCmd(g *cgroups.Group, sock *os.File, streams *stdio) *exec.
 		Setsid:                     true,
 		Pdeathsig:                  syscall.SIGKILL,
 	}
+	if s.HostNetwork {
+		attr.Cloneflags &^= unix.CLONE_NEWNET
+	}
 	if fd, err := g.FD(); err == nil {
 		attr.UseCgroupFD, attr.CgroupFD = true, fd
 	}
@@ -234,10 +237,11 @@ func (r *runner) config() (*initConfig, error) {
 	binds, _ := persistPlan(s.Persist)
 	writable := append([]string{WorkspaceDir, "/tmp", "/dev"}, binds...)
 	cfg := &initConfig{
-		Hostname: s.Hostname,
-		TmpSize:  s.TmpSize,
-		Persist:  binds,
-		Agent:    phaseConfig{Name: "agent", Args: s.Args, Env: s.Env, Dir: s.Dir, WritePaths: writable},
+		Hostname:    s.Hostname,
+		HostNetwork: s.HostNetwork,
+		TmpSize:     s.TmpSize,
+		Persist:     binds,
+		Agent:       phaseConfig{Name: "agent", Args: s.Args, Env: s.Env, Dir: s.Dir, WritePaths: writable},
 	}
 	if p := s.Setup; p != nil {
 		env := append(append([]string{}, s.Env...), p.SecretEnv...)

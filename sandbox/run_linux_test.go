@@ -393,3 +393,31 @@ func TestRun_InitUnreachable(t *testing.T) {
 		t.Fatalf("init was reachable:\n%s", got)
 	}
 }
+
+// TestRun_Network: by default the sandbox has a network namespace of its
+// own with only lo; with HostNetwork it shares the host's, where it holds
+// no capability: no raw socket, no interface change.
+func TestRun_Network(t *testing.T) {
+	o := mustRun(t, newSpec(t, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"))
+	if got := lines(o.stdout); !slices.Equal(got, []string{"lo"}) {
+		t.Errorf("interfaces %q, want only lo", got)
+	}
+	host, err := os.ReadFile("/proc/net/dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSpec(t, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; "+
+		"python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)' 2>&1 | tail -1; "+
+		"python3 -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)' 2>&1 | tail -1")
+	s.HostNetwork = true
+	o = mustRun(t, s)
+	got := lines(o.stdout)
+	if n := strings.Count(string(host), "\n") - 2; len(got) < n {
+		t.Fatalf("HostNetwork: sandbox sees %q, the host has %d interfaces", got, n)
+	}
+	for _, l := range got[len(got)-2:] {
+		if !strings.Contains(l, "PermissionError") {
+			t.Errorf("HostNetwork: a raw socket was made (want PermissionError): %q", l)
+		}
+	}
+}

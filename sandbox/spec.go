@@ -76,6 +76,12 @@ type Spec struct {
 	Persist []string
 	// Hostname is the sandbox's hostname. Default DefaultHostname.
 	Hostname string
+	// HostNetwork keeps the sandbox in the host's network namespace, for an
+	// egress policy that BeforeStart attaches to the run's cgroup (package
+	// netpolicy). The workload holds no capability there (the namespace
+	// belongs to the host's user namespace): no raw sockets, no interfaces.
+	// Default false: a network namespace of its own with only lo.
+	HostNetwork bool
 	// HostIDBase is the host uid and gid of the sandbox's root; sandbox ids
 	// 0..IDMapSize-1 map to HostIDBase... Default DefaultHostIDBase;
 	// otherwise at least MinHostIDBase.
