@@ -14,6 +14,7 @@ import (
 	"github.com/cairnfs/cairn/chunkstore"
 	"github.com/cairnfs/cairn/daemon"
 	"github.com/cairnfs/cairn/journal"
+	"github.com/cairnfs/cairn/sandbox"
 )
 
 func absolute(p string) (string, error) { return filepath.Abs(p) }
@@ -144,6 +145,14 @@ const (
 	exitNotFound = 3 // a store, workspace or snapshot does not exist
 	exitConflict = 4 // already exists, or lost a compare-and-swap
 	exitCorrupt  = 5 // stored data failed verification
+	// cairn run's own failures, next to the command's statuses (as
+	// timeout(1) and env(1) do): 124 the command timed out, 125 the sandbox
+	// could not run it (a protection unavailable here, its init failed, the
+	// setup phase failed), 126/127 the command could not be started / was
+	// not found.
+	exitTimedOut    = 124
+	exitSandbox     = 125
+	exitCannotStart = 127
 )
 
 // exitCode prints err for a person and maps it to the process exit code.
@@ -158,8 +167,12 @@ func exitCode(w io.Writer, err error) int {
 	fmt.Fprintf(w, "cairn: %v\n", err)
 	var u usageError
 	switch {
-	case errors.As(err, &u), errors.Is(err, chunkstore.ErrInvalid):
+	case errors.As(err, &u), errors.Is(err, chunkstore.ErrInvalid), errors.Is(err, sandbox.ErrInvalid):
 		return exitUsage
+	case errors.Is(err, sandbox.ErrExec):
+		return exitCannotStart
+	case errors.Is(err, sandbox.ErrNotSupported), errors.Is(err, sandbox.ErrInit), errors.Is(err, sandbox.ErrSetupFailed):
+		return exitSandbox
 	case errors.Is(err, daemon.ErrNotMounted):
 		return exitNotFound
 	case errors.Is(err, daemon.ErrBusy), errors.Is(err, journal.ErrBusy):

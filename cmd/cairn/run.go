@@ -200,9 +200,9 @@ func specFromFlags(c *cli.Context, s *sandbox.Spec) error {
 func commandStatus(r *sandbox.Result) error {
 	switch {
 	case r.TimedOut:
-		return exitStatus(124)
+		return exitStatus(exitTimedOut)
 	case r.ExitCode < 0:
-		return exitStatus(125)
+		return exitStatus(exitSandbox)
 	case r.ExitCode == 0:
 		return nil
 	}
