@@ -110,6 +110,9 @@ type Snapshot struct {
 	ChangesCount uint64 `json:"changes_count,omitempty"`
 	// Excluded lists what a policy left out of the snapshot (never silent).
 	Excluded []Exclusion `json:"excluded,omitempty"`
+	// Egress is what the turn's sandbox contacted under its egress policy
+	// (cairn run); nil for other snapshots.
+	Egress *Egress `json:"egress,omitempty"`
 	// Expires is when retention may delete the snapshot; nil: never.
 	Expires *time.Time `json:"expires,omitempty"`
 }
@@ -210,6 +213,38 @@ func (c *Change) UnmarshalJSON(b []byte) error {
 type Exclusion struct {
 	Path   string // slash-separated, relative to the workspace root; any bytes
 	Reason string // for people: which policy, e.g. "secret: matches .env"
+}
+
+// Egress is a turn's egress log: every destination its sandbox tried, with
+// the policy's verdict and a count, and the DNS names it asked for.
+type Egress struct {
+	// Mode is the policy's mode: none, policy or unrestricted.
+	Mode string `json:"mode"`
+	// Destinations are per (address, port, protocol, verdict).
+	Destinations []EgressDestination `json:"destinations,omitempty"`
+	// DNS is the names asked for, per (name, type, outcome).
+	DNS []EgressQuery `json:"dns,omitempty"`
+	// Incomplete says that some attempts were not counted (a map or the
+	// event buffer was full): the log is short, not wrong.
+	Incomplete bool `json:"incomplete,omitempty"`
+}
+
+// EgressDestination is one destination of an egress log.
+type EgressDestination struct {
+	Addr     string   `json:"addr"`
+	Port     uint16   `json:"port"`
+	Protocol string   `json:"protocol"` // tcp, udp, icmp...
+	Verdict  string   `json:"verdict"`  // allowed, denied, redirected (DNS)
+	Count    uint64   `json:"count"`
+	Names    []string `json:"names,omitempty"` // the DNS names it was answered for
+}
+
+// EgressQuery is one DNS name of an egress log.
+type EgressQuery struct {
+	Name    string `json:"name"`
+	Type    string `json:"type"`
+	Outcome string `json:"outcome"` // answered, refused...
+	Count   uint64 `json:"count"`
 }
 
 type exclusionJSON struct {

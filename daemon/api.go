@@ -45,6 +45,7 @@ type StatusReply struct {
 	Inodes       uint64       `json:"inodes"`
 	OpenFiles    int          `json:"open_files"`
 	Passthrough  bool         `json:"passthrough"`
+	IDMapped     bool         `json:"idmapped"`          // the mount may be bound id-mapped (fs.FS.IDMapped)
 	JournalBytes int64        `json:"journal_bytes"`     // local disk used by the journal and staging files
 	CacheBytes   int64        `json:"cache_bytes"`       // local disk used by the store's cache
 	Uploads      *Uploads     `json:"uploads,omitempty"` // a remote store's outbox
@@ -97,6 +98,8 @@ type SnapshotRequest struct {
 	Provenance map[string]string `json:"provenance,omitempty"`
 	// Excluded is recorded as what a policy kept out of the snapshot.
 	Excluded []chunkstore.Exclusion `json:"excluded,omitempty"`
+	// Egress is recorded as the turn's egress log.
+	Egress *chunkstore.Egress `json:"egress,omitempty"`
 	// Wait returns only once the snapshot is uploaded and the ref moved
 	// (a remote store; a local one always is).
 	Wait bool `json:"wait,omitempty"`

@@ -36,6 +36,10 @@ type Config struct {
 	From          string
 	Host, Version string
 	NoPassthrough bool
+	// NoIDMap mounts without FUSE_ALLOW_IDMAP: a sandbox then binds the
+	// workspace as it is, not id-mapped (see fs.Options.IDMap). Default:
+	// id-mapped binds allowed where the kernel supports them.
+	NoIDMap bool
 	// Force takes over the workspace's lease if its holder let it expire.
 	Force bool
 	// CacheSize bounds the local cache of a remote store's data
@@ -175,11 +179,14 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 		}
 	}()
 
-	f := cfs.New(j, cfs.Options{NoPassthrough: cfg.NoPassthrough, Logf: cfg.Logf})
+	f := cfs.New(j, cfs.Options{NoPassthrough: cfg.NoPassthrough, IDMap: !cfg.NoIDMap, Logf: cfg.Logf})
 	inv.set(f.Invalidator())
 	srv, err := cfs.Mount(dir, f, "cairn:"+cfg.Workspace)
 	if err != nil {
 		return err
+	}
+	if !cfg.NoIDMap && !f.IDMapped() {
+		cfg.Logf("cairn: the kernel does not support id-mapped FUSE mounts (Linux 6.12 and later do): sandboxes bind the workspace with its host owners")
 	}
 	d := &daemon{cfg: cfg, paths: p, dir: dir, j: j, store: store, outbox: ob, lease: lease, fs: f, srv: srv, started: time.Now(), stop: make(chan struct{})}
 	defer d.unmount()
@@ -326,7 +333,7 @@ func (d *daemon) status(ctx context.Context) (*StatusReply, error) {
 	r := &StatusReply{
 		Workspace: d.cfg.Workspace, Dir: d.dir, PID: os.Getpid(), Store: d.cfg.Store, Started: d.started,
 		Seq: s.Seq, DirtyInodes: s.DirtyInodes, DirtyBytes: s.DirtyBytes, Files: s.Files, Bytes: s.Bytes,
-		Inodes: s.Inodes, OpenFiles: s.OpenFiles, Passthrough: d.fs.Passthrough(),
+		Inodes: s.Inodes, OpenFiles: s.OpenFiles, Passthrough: d.fs.Passthrough(), IDMapped: d.fs.IDMapped(),
 		JournalBytes: diskUsage(d.paths.Journal), CacheBytes: diskUsage(d.paths.Cache),
 	}
 	if d.outbox != nil {
@@ -361,7 +368,7 @@ func (d *daemon) snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotRe
 		prov[k] = v
 	}
 	id, err := d.j.Snapshot(ctx, journal.SnapshotOptions{Message: req.Message, Labels: req.Labels,
-		Provenance: prov, Excluded: req.Excluded})
+		Provenance: prov, Excluded: req.Excluded, Egress: req.Egress})
 	if err != nil {
 		return nil, err
 	}

@@ -2,9 +2,7 @@ package fs
 
 import (
 	"context"
-	"os"
-	"strconv"
-	"strings"
+	"fmt"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +23,52 @@ type Options struct {
 	NoPassthrough bool
 	// Logf receives messages for operators. Default: none.
 	Logf func(format string, args ...any)
+
+	// IDMap lets the mount be bound id-mapped (mount_setattr
+	// MOUNT_ATTR_IDMAP), as a sandbox binds its workspace: the server
+	// declares FUSE_ALLOW_IDMAP, which the kernel accepts from Linux 6.12
+	// (on older kernels the mount serves as without it, and id-mapped
+	// binds are refused: see IDMapped). The kernel then sends the caller's
+	// ids only in requests that create an inode; the others get theirs
+	// from /proc (see the package documentation). Default: off.
+	IDMap bool
+	// IDMapBase and IDMapSize are the host ids of the sandboxes' user
+	// namespaces: host id IDMapBase+n is a sandbox's id n, stored as n.
+	// Used with IDMap only. Defaults: 100000 and 65536, the sandbox
+	// package's DefaultHostIDBase and IDMapSize.
+	IDMapBase, IDMapSize uint32
+}
+
+// Defaults of Options.IDMapBase and Options.IDMapSize: the host ids the
+// sandbox package maps its user namespaces to by default.
+const (
+	DefaultIDMapBase = 100000
+	DefaultIDMapSize = 65536
+)
+
+// Validate reports options that cannot work: an id range past the largest
+// id (4294967294).
+func (o Options) Validate() error {
+	o.setDefaults()
+	if uint64(o.IDMapBase)+uint64(o.IDMapSize) > uint64(invalidID) {
+		return fmt.Errorf("%w: id range %d+%d passes the largest id", ErrInvalid, o.IDMapBase, o.IDMapSize)
+	}
+	return nil
+}
+
+func (o *Options) setDefaults() {
+	if o.Timeout == 0 {
+		o.Timeout = time.Hour
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.IDMapBase == 0 {
+		o.IDMapBase = DefaultIDMapBase
+	}
+	if o.IDMapSize == 0 {
+		o.IDMapSize = DefaultIDMapSize
+	}
 }
 
 // FS is a journal served over FUSE. Its methods are go-fuse's raw protocol
@@ -35,7 +79,7 @@ type FS struct {
 	j       *journal.Journal
 	opts    Options
 	server  *fuse.Server
-	groups  groupCache
+	creds   credsCache
 	lookups sync.Map // journal.Ino -> *uint64: kernel lookup counts, for invalidation
 
 	mu          sync.Mutex
@@ -61,12 +105,7 @@ type backingRef struct {
 
 // New returns j served over FUSE (not mounted yet: see Mount).
 func New(j *journal.Journal, opts Options) *FS {
-	if opts.Timeout == 0 {
-		opts.Timeout = time.Hour
-	}
-	if opts.Logf == nil {
-		opts.Logf = func(string, ...any) {}
-	}
+	opts.setDefaults()
 	return &FS{
 		RawFileSystem: fuse.NewDefaultRawFileSystem(),
 		j:             j,
@@ -99,17 +138,6 @@ func ctx(cancel <-chan struct{}) (context.Context, func()) {
 
 // bg is the context of requests that are not worth a goroutine to cancel.
 var bg = context.Background()
-
-// caller is the journal's view of the process making a request. The
-// supplementary groups (which FUSE does not send) are read from /proc only
-// by the operations whose semantics depend on them.
-func (f *FS) caller(h *fuse.InHeader, groups bool) journal.Caller {
-	c := journal.Caller{UID: h.Uid, GID: h.Gid}
-	if groups && c.UID != 0 {
-		c.Groups = f.groups.get(h.Pid)
-	}
-	return c
-}
 
 func ino(id uint64) journal.Ino { return journal.Ino(id) }
 
@@ -288,9 +316,15 @@ func (f *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrO
 		s.Valid |= journal.SetCtime
 		s.Ctime = join(in.Ctime, in.Ctimensec)
 	}
+	// Only chmod, chown and truncate depend on who asks (utimensat's
+	// permission is the kernel's to check).
+	who := nobody
+	if s.Valid&(journal.SetMode|journal.SetUID|journal.SetGID|journal.SetSize) != 0 {
+		who = f.caller(&in.InHeader, true)
+	}
 	c, stop := ctx(cancel)
 	defer stop()
-	a, err := f.j.SetAttr(c, f.caller(&in.InHeader, s.Valid&(journal.SetMode|journal.SetUID|journal.SetGID) != 0), ino(in.NodeId), s)
+	a, err := f.j.SetAttr(c, who, ino(in.NodeId), s)
 	if err != nil {
 		return f.status(err)
 	}
@@ -695,50 +729,6 @@ func (f *FS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.St
 		f.entry(attrs[i-batchStart], eo)
 	}
 	return fuse.OK
-}
-
-// groupCache caches the supplementary groups of processes for a second.
-type groupCache struct {
-	mu sync.Mutex
-	at time.Time
-	m  map[uint32][]uint32
-}
-
-func (g *groupCache) get(pid uint32) []uint32 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if time.Since(g.at) > time.Second || g.m == nil {
-		g.m, g.at = make(map[uint32][]uint32), time.Now()
-	}
-	if gs, ok := g.m[pid]; ok {
-		return gs
-	}
-	gs := readGroups(pid)
-	g.m[pid] = gs
-	return gs
-}
-
-// readGroups reads a process's supplementary groups from /proc (nil if it
-// is gone: the journal then knows only its primary group).
-func readGroups(pid uint32) []uint32 {
-	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
-	if err != nil {
-		return nil
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		rest, ok := strings.CutPrefix(line, "Groups:")
-		if !ok {
-			continue
-		}
-		var gs []uint32
-		for _, f := range strings.Fields(rest) {
-			if g, err := strconv.ParseUint(f, 10, 32); err == nil {
-				gs = append(gs, uint32(g))
-			}
-		}
-		return gs
-	}
-	return nil
 }
 
 // Passthrough reports whether FUSE passthrough is in use (false if it was

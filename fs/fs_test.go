@@ -21,7 +21,30 @@ import (
 
 // mount serves a fresh journal at a temporary directory until the test
 // ends.
-func mount(t *testing.T, opts fs.Options) (string, *journal.Journal) {
+func mount(t testing.TB, opts fs.Options) (string, *journal.Journal) {
+	t.Helper()
+	testenv.NeedRoot(t, "FUSE mounts", true)
+	dir, j, _ := mountAt(t, t.TempDir(), opts)
+	return dir, j
+}
+
+// publicDir returns a new directory that every user may search (those of
+// t.TempDir may not), removed when the test ends.
+func publicDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cairn-fs-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// mountAt serves a fresh journal at dir until the test ends.
+func mountAt(t testing.TB, dir string, opts fs.Options) (string, *journal.Journal, *fs.FS) {
 	t.Helper()
 	testenv.NeedRoot(t, "FUSE mounts", true)
 	st := chunkstoretest.NewStore(t, chunkstoretest.LocalBackend(t), chunkstore.InitOptions{}, chunkstore.Options{})
@@ -29,7 +52,6 @@ func mount(t *testing.T, opts fs.Options) (string, *journal.Journal) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	f := fs.New(j, opts)
 	srv, err := fs.Mount(dir, f, "cairn-test")
 	if err != nil {
@@ -43,15 +65,17 @@ func mount(t *testing.T, opts fs.Options) (string, *journal.Journal) {
 		srv.Wait()
 		j.Close()
 	})
-	return dir, j
+	return dir, j, f
 }
 
-// go-fuse's POSIX suite, with and without passthrough.
+// go-fuse's POSIX suite, with and without passthrough, and with id-mapped
+// binds allowed (through the plain mount: every request but the creating
+// ones finds its caller in /proc).
 func TestPosix(t *testing.T) {
 	for _, mode := range []struct {
 		name string
 		opts fs.Options
-	}{{"passthrough", fs.Options{}}, {"daemon-io", fs.Options{NoPassthrough: true}}} {
+	}{{"passthrough", fs.Options{}}, {"daemon-io", fs.Options{NoPassthrough: true}}, {"idmap", fs.Options{IDMap: true}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			for name, test := range posixtest.All {
 				if name == "FcntlFlockLocksFile" {
@@ -61,7 +85,10 @@ func TestPosix(t *testing.T) {
 					continue
 				}
 				t.Run(name, func(t *testing.T) {
-					dir, _ := mount(t, mode.opts)
+					dir, _, f := mountAt(t, t.TempDir(), mode.opts)
+					if mode.opts.IDMap {
+						needIDMap(t, f)
+					}
 					test(t, dir)
 				})
 			}

@@ -30,8 +30,18 @@ const TypeName = "cairn"
 //     truncate and chown itself, so the kernel sends no GETXATTR of
 //     security.capability before every write;
 //   - READDIRPLUS, symlink caching, and (in the replies) long entry,
-//     negative-entry and attribute timeouts.
+//     negative-entry and attribute timeouts;
+//   - with Options.IDMap, FUSE_ALLOW_IDMAP (go-fuse negotiates it: a
+//     kernel without it mounts as usual, and IDMapped reports false).
 func Mount(dir string, f *FS, fsName string) (*fuse.Server, error) {
+	return mount(dir, f, f.opts, fsName)
+}
+
+// mount mounts raw (f, or in tests f wrapped) with the options of opts.
+func mount(dir string, raw fuse.RawFileSystem, o Options, fsName string) (*fuse.Server, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
 	opts := &fuse.MountOptions{
 		AllowOther:           true,
 		Options:              []string{"default_permissions"},
@@ -43,9 +53,10 @@ func Mount(dir string, f *FS, fsName string) (*fuse.Server, error) {
 		DirectMountStrict:    true,
 		EnableSymlinkCaching: true,
 		ExtraCapabilities:    fuse.CAP_HANDLE_KILLPRIV_V2,
+		IDMappedMount:        o.IDMap,
 		Logger:               nil,
 	}
-	srv, err := fuse.NewServer(f, dir, opts)
+	srv, err := fuse.NewServer(raw, dir, opts)
 	if err != nil {
 		if errno, ok := err.(syscall.Errno); ok && errno == syscall.EPERM {
 			return nil, fmt.Errorf("mount %s: %w (cairn mounts with mount(2) and needs root or CAP_SYS_ADMIN)", dir, err)
@@ -58,6 +69,14 @@ func Mount(dir string, f *FS, fsName string) (*fuse.Server, error) {
 		return nil, fmt.Errorf("mount %s: the kernel did not answer: %w", dir, err)
 	}
 	return srv, nil
+}
+
+// IDMapped reports whether the mount may be bound id-mapped: Options.IDMap
+// was set and the kernel offered FUSE_ALLOW_IDMAP (Linux 6.12 and later).
+// False before the mount serves.
+func (f *FS) IDMapped() bool {
+	s := f.server
+	return f.opts.IDMap && s != nil && s.KernelSettings().Flags64()&fuse.CAP_ALLOW_IDMAP != 0
 }
 
 // Invalidator returns the journal.Invalidator of f: it drops what the

@@ -21,6 +21,8 @@ type SnapshotOptions struct {
 	// Excluded lists what a policy kept out of the snapshot (cairn run's
 	// secret files), recorded so that nothing is left out silently.
 	Excluded []chunkstore.Exclusion
+	// Egress is the turn's egress log (cairn run with a policy).
+	Egress *chunkstore.Egress
 }
 
 // Snapshot commits the live state as a new snapshot of the workspace and
@@ -134,6 +136,7 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 		Stats:        c.stats,
 		Changes:      c.changes,
 		Excluded:     opts.Excluded,
+		Egress:       opts.Egress,
 	}
 	if !j.m.Base.IsZero() {
 		snap.Parents = []chunkstore.ID{j.m.Base}

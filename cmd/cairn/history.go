@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -205,6 +207,23 @@ func runShow(ctx context.Context, w io.Writer, st *chunkstore.Store, ref string,
 	fmt.Fprintf(w, "changed   %d files, %s; stored %d new blobs, %s\n", s.ChangedFiles, bytesString(s.ChangedBytes), s.NewBlobs, bytesString(s.NewBytes))
 	for _, x := range snap.Excluded {
 		fmt.Fprintf(w, "excluded  %q: %s\n", x.Path, x.Reason)
+	}
+	if e := snap.Egress; e != nil {
+		fmt.Fprintf(w, "egress    policy %s", e.Mode)
+		if e.Incomplete {
+			fmt.Fprint(w, " (incomplete: some attempts were not counted)")
+		}
+		fmt.Fprintln(w)
+		for _, d := range e.Destinations {
+			names := ""
+			if len(d.Names) > 0 {
+				names = " (" + strings.Join(d.Names, ", ") + ")"
+			}
+			fmt.Fprintf(w, "  %-10s %s %s%s x%d\n", d.Verdict, d.Protocol, net.JoinHostPort(d.Addr, strconv.Itoa(int(d.Port))), names, d.Count)
+		}
+		for _, q := range e.DNS {
+			fmt.Fprintf(w, "  dns %-8s %s %s x%d\n", q.Outcome, q.Type, q.Name, q.Count)
+		}
 	}
 	if len(changes) > 0 {
 		fmt.Fprintln(w)

@@ -30,6 +30,7 @@ type mountOptions struct {
 	Workspace, Dir, From string
 	Foreground           bool
 	NoPassthrough        bool
+	NoIDMap              bool
 	Force                bool
 	// Quiet reports the mount on stderr, not stdout (cairn run: stdout
 	// is the command's).
@@ -58,6 +59,14 @@ refused with the holder's name and the lease's expiry. If that machine is
 gone, wait for the lease to expire and mount with --force to take it over;
 --force never takes a live lease.
 
+The mount lets a sandbox (cairn run) bind it id-mapped, so that the
+sandbox's root owns what is stored as uid 0 and stores what it creates as
+uid 0 (Linux 6.12 and later; older kernels mount as usual). The kernel then
+names the caller only in requests that create a file, and the daemon finds
+the caller of the others in /proc: a process it cannot see there (in a pid
+namespace other than the daemon's or below it) is treated as nobody.
+--no-idmap turns this off (for a daemon in a container of its own).
+
 Examples:
    cairn mount agent-1 /workspace
    cairn mount --from agent-1@3 agent-1-retry /mnt/retry
@@ -66,6 +75,7 @@ Examples:
 			&cli.StringFlag{Name: "from", Usage: "start a new workspace from snapshot `SNAP`"},
 			&cli.BoolFlag{Name: "foreground", Usage: "serve in the foreground until SIGTERM or unmount"},
 			&cli.BoolFlag{Name: "no-passthrough", Usage: "send all reads and writes through the daemon (no FUSE passthrough)"},
+			&cli.BoolFlag{Name: "no-idmap", Usage: "do not let sandboxes bind the mount id-mapped (the kernel then names every request's caller)"},
 			&cli.BoolFlag{Name: "force", Usage: "take over the workspace's lease if its holder let it expire"},
 		},
 		Action: func(c *cli.Context) error {
@@ -77,7 +87,7 @@ Examples:
 				return err
 			}
 			return runMount(c.Context, mountOptions{globals: g, Workspace: c.Args().Get(0), Dir: c.Args().Get(1),
-				From: c.String("from"), Foreground: c.Bool("foreground"), NoPassthrough: c.Bool("no-passthrough"), Force: c.Bool("force")})
+				From: c.String("from"), Foreground: c.Bool("foreground"), NoPassthrough: c.Bool("no-passthrough"), NoIDMap: c.Bool("no-idmap"), Force: c.Bool("force")})
 		},
 	}
 }
@@ -109,6 +119,9 @@ func runMount(ctx context.Context, opts mountOptions) error {
 	}
 	if opts.NoPassthrough {
 		args = append(args, "--no-passthrough")
+	}
+	if opts.NoIDMap {
+		args = append(args, "--no-idmap")
 	}
 	if opts.Force {
 		args = append(args, "--force")
@@ -187,7 +200,7 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 	}
 	return daemon.Run(ctx, daemon.Config{
 		Home: opts.Home, Store: opts.Store, Workspace: opts.Workspace, Dir: opts.Dir, From: opts.From,
-		Host: host, Version: version, NoPassthrough: opts.NoPassthrough, Force: opts.Force, LeaseTTL: ttl, CacheSize: opts.CacheSize, Logf: logger.Printf,
+		Host: host, Version: version, NoPassthrough: opts.NoPassthrough, NoIDMap: opts.NoIDMap, Force: opts.Force, LeaseTTL: ttl, CacheSize: opts.CacheSize, Logf: logger.Printf,
 	}, ready)
 }
 

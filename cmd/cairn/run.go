@@ -28,6 +28,7 @@ type runOptions struct {
 	// (default HOME/mnt/WORKSPACE); From starts a new workspace there.
 	Dir, From string
 	Spec      sandbox.Spec
+	Net       netOptions
 	Message   string
 	Labels    map[string]string
 	// NoSnapshot skips the turn-end snapshot.
@@ -85,7 +86,7 @@ Examples:
    cairn run agent-1 --memory 2G --pids 512 --timeout 10m -m "turn 7" -- ./agent.sh
    GH_TOKEN=... cairn run agent-1 --setup 'git clone https://x-access-token:$GH_TOKEN@github.com/o/r /workspace/r' \
        --secret-env GH_TOKEN -- make -C /workspace/r`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "mount-dir", Usage: "where to mount the workspace if it is not mounted (default HOME/mnt/WORKSPACE)"},
 			&cli.StringFlag{Name: "from", Usage: "create a new workspace from snapshot `SNAP` (when not mounted yet)"},
 			&cli.StringFlag{Name: "rootfs", Usage: "the sandbox's root: base image directory `DIR`, read-only (default: the host's /)"},
@@ -103,7 +104,7 @@ Examples:
 			&cli.StringFlag{Name: "message", Aliases: []string{"m"}, Usage: "the snapshot's message (default: the command line)"},
 			&cli.StringSliceFlag{Name: "label", Usage: "a label `K=V` for the snapshot (repeatable)"},
 			&cli.BoolFlag{Name: "no-snapshot", Usage: "skip the turn-end snapshot"},
-		},
+		}, netFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() < 2 {
 				return usageError{errors.New("run takes WORKSPACE -- CMD [ARGS...]")}
@@ -118,6 +119,9 @@ Examples:
 				return err
 			}
 			if err := specFromFlags(c, &opts.Spec); err != nil {
+				return err
+			}
+			if opts.Net, err = policyFromFlags(c); err != nil {
 				return err
 			}
 			opts.Spec.Args = c.Args().Slice()[1:]
@@ -228,8 +232,16 @@ func runRun(ctx context.Context, opts runOptions) (*runResult, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, usageError{err}
 	}
+	eg := &egress{opts: opts.Net, home: opts.Home}
+	if err := eg.setup(ctx, &spec, func(s string) { fmt.Fprintln(opts.Stderr, s) }); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	res, runErr := sandbox.Run(ctx, &spec)
+	egressLog, egErr := eg.finish()
+	if egErr != nil {
+		fmt.Fprintf(opts.Stderr, "cairn: egress policy: %v\n", egErr)
+	}
 	if res == nil {
 		return nil, runErr
 	}
@@ -251,7 +263,7 @@ func runRun(ctx context.Context, opts runOptions) (*runResult, error) {
 		msg = "cairn run: " + strings.Join(spec.Args, " ")
 	}
 	req := daemon.SnapshotRequest{Message: msg, Labels: opts.Labels, Wait: true,
-		Provenance: provenance(&spec, res, runErr, start), Excluded: secretExclusions(&spec)}
+		Provenance: provenance(&spec, res, runErr, start), Excluded: secretExclusions(&spec), Egress: egressLog}
 	rep, err := daemon.NewClient(rec.Socket).Snapshot(ctx, req)
 	if err != nil {
 		return out, errors.Join(runErr, fmt.Errorf("the turn-end snapshot: %w", err))
