@@ -13,12 +13,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
+
+	"github.com/cairnfs/cairn/netpolicy/internal/cgrouptest"
 )
 
 // The session tests run the real programs on a cgroup they create under
@@ -37,14 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// skipOrFail skips with why, or fails in CI, where a skip would hide a suite.
-func skipOrFail(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s, and CI must not skip it", why)
-	}
-	t.Skip(why)
-}
+func skipOrFail(t testing.TB, why string) { t.Helper(); cgrouptest.SkipOrFail(t, why) }
 
 func requireRoot(t testing.TB) {
 	t.Helper()
@@ -53,57 +47,10 @@ func requireRoot(t testing.TB) {
 	}
 }
 
-// ownCgroup2 is this process's cgroup2 directory.
-func ownCgroup2() (string, error) {
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	mount := ""
-	for line := range strings.SplitSeq(string(mi), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok || !strings.HasPrefix(post, "cgroup2 ") {
-			continue
-		}
-		if f := strings.Fields(pre); len(f) >= 5 && f[3] == "/" {
-			mount = f[4]
-			break
-		}
-	}
-	if mount == "" {
-		return "", errors.New("no cgroup2 mount")
-	}
-	cg, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", err
-	}
-	for line := range strings.SplitSeq(string(cg), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			return filepath.Join(mount, rest), nil
-		}
-	}
-	return "", errors.New("no cgroup2 line in /proc/self/cgroup")
-}
-
-var cgroupSeq atomic.Int64
-
 // newCgroup creates a cgroup2 directory, removed at the end of the test.
 func newCgroup(t testing.TB) string {
 	t.Helper()
-	dir, err := ownCgroup2()
-	if err != nil {
-		skipOrFail(t, "no cgroup2: "+err.Error())
-	}
-	path := filepath.Join(dir, fmt.Sprintf("cairn-netpolicy-%d-%d", os.Getpid(), cgroupSeq.Add(1)))
-	if err := os.Mkdir(path, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("remove cgroup %s: %v", path, err)
-		}
-	})
-	return path
+	return cgrouptest.New(t, "", "cairn-netpolicy")
 }
 
 // bpffsDir is a fresh directory for Config.BPFFS, unmounted at the end.

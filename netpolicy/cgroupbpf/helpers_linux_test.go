@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +18,8 @@ import (
 
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/cairnfs/cairn/netpolicy/internal/cgrouptest"
 )
 
 // The tests load real programs into the kernel and attach them to cgroups
@@ -28,15 +28,6 @@ import (
 // those cgroups with CLONE_INTO_CGROUP. They talk to servers the test runs
 // on loopback, and to addresses without routes, which the programs decide
 // on before any routing.
-
-// skipOrFail skips with why, or fails in CI, where a skip would hide a suite.
-func skipOrFail(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s, and CI must not skip it", why)
-	}
-	t.Skip(why)
-}
 
 // needBPF skips (fails in CI) unless the programs can load here: root, BPF,
 // the hooks and a cgroup2 mount.
@@ -53,63 +44,15 @@ func needBPF(t testing.TB) {
 	}
 }
 
-// ownCgroup2 is this process's cgroup2 directory: the cgroup2 mount point
-// (from /proc/self/mountinfo) joined with the "0::" line of /proc/self/cgroup.
-func ownCgroup2() (string, error) {
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	mount := ""
-	for line := range strings.SplitSeq(string(mi), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS... - FSTYPE SOURCE SUPEROPTS
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok || !strings.HasPrefix(post, "cgroup2 ") {
-			continue
-		}
-		f := strings.Fields(pre)
-		if len(f) >= 5 && f[3] == "/" {
-			mount = f[4]
-			break
-		}
-	}
-	if mount == "" {
-		return "", errors.New("no cgroup2 mount in /proc/self/mountinfo")
-	}
-	cg, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", err
-	}
-	for line := range strings.SplitSeq(string(cg), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			return filepath.Join(mount, rest), nil
-		}
-	}
-	return "", errors.New("no cgroup2 line in /proc/self/cgroup")
-}
+func skipOrFail(t testing.TB, why string) { t.Helper(); cgrouptest.SkipOrFail(t, why) }
 
-var cgroupSeq atomic.Int64
+func ownCgroup2() (string, error) { return cgrouptest.Own() }
 
 // newCgroup creates an empty cgroup2 directory under dir (this process's
 // cgroup when dir is ""), removed at the end of the test.
 func newCgroup(t testing.TB, dir string) string {
 	t.Helper()
-	if dir == "" {
-		var err error
-		if dir, err = ownCgroup2(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(dir, fmt.Sprintf("cairn-cgroupbpf-%d-%d", os.Getpid(), cgroupSeq.Add(1)))
-	if err := os.Mkdir(path, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("remove cgroup %s: %v", path, err)
-		}
-	})
-	return path
+	return cgrouptest.New(t, dir, "cairn-cgroupbpf")
 }
 
 // attachedPrograms counts the programs attached to cgroup for each hook.
