@@ -71,6 +71,8 @@ bench: tools
 	$(GO) test -run '^$$' -bench 'CreateOpenRelease' -benchtime 5000x ./journal/
 	$(GO) test -run '^$$' -bench 'Start' -benchtime 20x ./sandbox/
 	$(GO) test -run '^$$' -bench 'Syscall' ./sandbox/seccomp/
+	$(GO) test -run '^$$' -bench 'Connect' ./netpolicy/cgroupbpf/
+	$(GO) test -run '^$$' -bench 'Forwarder' ./netpolicy/
 	$(MAKE) --no-print-directory runbench
 	$(MAKE) --no-print-directory fsbench
 	$(MAKE) --no-print-directory s3bench
