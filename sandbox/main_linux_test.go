@@ -18,6 +18,9 @@ import (
 
 func TestMain(m *testing.M) {
 	sandbox.MaybeInit()
+	if os.Getenv(unprivilegedEnv) != "" {
+		os.Exit(runUnprivileged())
+	}
 	os.Exit(m.Run())
 }
 
