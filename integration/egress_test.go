@@ -9,32 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/miekg/dns"
 )
 
-// fakeUpstream is a DNS server on loopback: allowed.test and other.test
-// answer 127.0.0.2, meta.test the cloud metadata address.
+// fakeUpstream is a DNS server on loopback (UDP and TCP): allowed.test and
+// other.test answer 127.0.0.2, meta.test the cloud metadata address.
 func fakeUpstream(t *testing.T) string {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(q)
-		name := strings.ToLower(q.Question[0].Name)
-		ip := map[string]string{"allowed.test.": "127.0.0.2", "other.test.": "127.0.0.2", "meta.test.": "169.254.169.254"}[name]
-		if ip != "" && q.Question[0].Qtype == dns.TypeA {
-			rr, _ := dns.NewRR(fmt.Sprintf("%s 60 IN A %s", name, ip))
-			m.Answer = append(m.Answer, rr)
-		}
-		w.WriteMsg(m)
-	})}
-	go srv.ActivateAndServe()
-	t.Cleanup(func() { srv.Shutdown() })
-	return pc.LocalAddr().String()
+	return dnsUpstream(t, map[string]string{"allowed.test": "127.0.0.2", "other.test": "127.0.0.2", "meta.test": "169.254.169.254"})
 }
 
 // egressProbe is what the sandboxed command tries, one line each.

@@ -2,17 +2,14 @@ package netpolicy
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -69,28 +66,7 @@ func bpffsDir(t testing.TB) string {
 // "ok:" and the line, until the test ends.
 func tcpEcho(t testing.TB, addr string) netip.AddrPort {
 	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				line, err := bufio.NewReader(c).ReadString('\n')
-				if err == nil {
-					c.Write([]byte("ok:" + line))
-				}
-			})
-		}
-	})
-	return l.Addr().(*net.TCPAddr).AddrPort()
+	return cgrouptest.TCPServer(t, addr)
 }
 
 // op is one thing the child does.
@@ -130,28 +106,13 @@ func runOps(t testing.TB, cgroup string, newNetns bool, ops []op) []result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.Open(cgroup)
+	out, err := cgrouptest.Run(t, cgroup, newNetns, childEnv+"="+string(spec))
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer dir.Close()
-	cmd := exec.Command("/proc/self/exe", "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
-	if os.Getenv("GORACE") == "" {
-		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0") // a -race child need not linger
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &unix.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd()), Pdeathsig: unix.SIGKILL}
-	if newNetns {
-		cmd.SysProcAttr.Cloneflags = unix.CLONE_NEWNET
-	}
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("child: %v: %s", err, stderr.Bytes())
+		t.Fatalf("child: %v", err)
 	}
 	var res []result
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil || len(res) != len(ops) {
-		t.Fatalf("child output %q: %v", stdout.Bytes(), err)
+	if err := json.Unmarshal(out, &res); err != nil || len(res) != len(ops) {
+		t.Fatalf("child output %q: %v", out, err)
 	}
 	return res
 }

@@ -223,6 +223,7 @@ func runRun(ctx context.Context, opts runOptions) (*runResult, error) {
 	if err := chunkstore.ValidWorkspaceName(opts.Workspace); err != nil {
 		return nil, err
 	}
+	defer sweepRuns(opts.Home, opts.Stderr)() // what killed runs left; this run is alive until it returns
 	dir, err := ensureMounted(ctx, opts)
 	if err != nil {
 		return nil, err

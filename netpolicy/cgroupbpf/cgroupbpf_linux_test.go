@@ -169,6 +169,26 @@ func TestPrograms_Contained(t *testing.T) {
 			)
 		}
 	})
+	// A process that runs in the cgroup and then unshares its network
+	// namespace (as a sandbox with CAP_SYS_ADMIN in its user namespace
+	// could): the programs still decide its new sockets; the host's
+	// loopback servers are out of reach (another namespace's loopback).
+	t.Run("UnshareNetns", func(t *testing.T) {
+		for _, c := range []string{cg, sub} {
+			run(t, c, false,
+				expect{op: op{Kind: "unshare-netns"}},
+				expect{op: op{Kind: "lo-up"}},
+				expect{op: op{Kind: "listen-connect", Addr: "127.0.0.1:0"}},
+				expect{op: op{Kind: "tcp", Addr: a4.String()}, errno: "ECONNREFUSED"},
+				expect{op: op{Kind: "tcp", Addr: "10.99.0.1:80"}, errno: "EPERM"},
+				expect{op: op{Kind: "tcp", Addr: "10.98.0.1:85"}, errno: "ENETUNREACH"},
+				expect{op: op{Kind: "tcp", Addr: "[::ffff:10.99.0.1]:80"}, errno: "EPERM"},
+				expect{op: op{Kind: "tcp", Addr: "[2001:db8::1]:80"}, errno: "EPERM"},
+				expect{op: op{Kind: "udp", Addr: "10.99.0.1:80", Data: "x"}, errno: "EPERM"},
+				expect{op: op{Kind: "tfo", Addr: "10.99.0.1:80", Data: "x"}, errno: "EPERM"},
+			)
+		}
+	})
 }
 
 // TestPrograms_Modes: deny-all denies even what rules allow; the host's

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -109,6 +110,16 @@ func readReply(fd int) (string, error) {
 
 func childOp(o op) result {
 	switch o.Kind {
+	case "unshare-netns":
+		// This thread (and so every later op: runChild runs them on the
+		// main goroutine, locked to it from now on) moves to a new network
+		// namespace, as a process already running in the sandbox would.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return failed("unshare", err)
+		}
+		return result{}
+
 	case "lo-up":
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {

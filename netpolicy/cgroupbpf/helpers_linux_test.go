@@ -1,23 +1,15 @@
 package cgroupbpf
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/netpolicy/internal/cgrouptest"
 )
@@ -146,26 +138,7 @@ func child(t testing.TB, cgroup string, newNetns bool, ops ...op) []result {
 // returns its stdout.
 func runInCgroup(t testing.TB, cgroup string, newNetns bool, env ...string) ([]byte, error) {
 	t.Helper()
-	dir, err := os.Open(cgroup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dir.Close()
-	cmd := exec.Command("/proc/self/exe", "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
-	if os.Getenv("GORACE") == "" {
-		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0") // a -race child need not linger
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &unix.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd()), Pdeathsig: unix.SIGKILL}
-	if newNetns {
-		cmd.SysProcAttr.Cloneflags = unix.CLONE_NEWNET
-	}
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%v: %s", err, stderr.Bytes())
-	}
-	return stdout.Bytes(), nil
+	return cgrouptest.Run(t, cgroup, newNetns, env...)
 }
 
 // Servers on loopback.
@@ -175,36 +148,7 @@ func runInCgroup(t testing.TB, cgroup string, newNetns bool, env ...string) ([]b
 // bytes. It serves until the test ends, and returns its address.
 func tcpServer(t testing.TB, addr string) netip.AddrPort {
 	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				line, err := r.ReadString('\n')
-				if err != nil {
-					return
-				}
-				if n, ok := strings.CutPrefix(strings.TrimSpace(line), "bulk "); ok {
-					size, _ := strconv.ParseInt(n, 10, 64)
-					if _, err := io.CopyN(io.Discard, r, size); err != nil {
-						return
-					}
-				}
-				c.Write([]byte("ok:" + line))
-			})
-		}
-	})
-	return l.Addr().(*net.TCPAddr).AddrPort()
+	return cgrouptest.TCPServer(t, addr)
 }
 
 // udpServer answers each datagram with "ok:" and its payload, and counts

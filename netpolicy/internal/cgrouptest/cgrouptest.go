@@ -1,6 +1,8 @@
 // Package cgrouptest gives netpolicy's tests what they need of cgroup2:
 // this process's own cgroup2 directory and fresh child cgroups removed at
-// the end of a test, and the CI rule for skips.
+// the end of a test, a child process (the test binary re-executed) started
+// in one of them, a loopback TCP server for it to reach, and the CI rule for
+// skips.
 package cgrouptest
 
 import (
