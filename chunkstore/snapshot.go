@@ -227,6 +227,11 @@ type Egress struct {
 	// Incomplete says that some attempts were not counted (a map or the
 	// event buffer was full): the log is short, not wrong.
 	Incomplete bool `json:"incomplete,omitempty"`
+	// HTTPIntercept says the HTTP proxy terminated the sandbox's TLS to
+	// the hosts with method rules, with a CA made for the turn that the
+	// sandbox trusted (cairn run --http-intercept). Absent (false) in
+	// records written before it existed.
+	HTTPIntercept bool `json:"http_intercept,omitempty"`
 }
 
 // EgressDestination is one destination of an egress log.

@@ -353,3 +353,46 @@ func TestChangeOp_Text(t *testing.T) {
 		t.Errorf("UnmarshalText(Added) = %v, want ErrInvalid", err)
 	}
 }
+
+// TestSnapshot_Egress: the egress log round-trips; http_intercept is
+// written only when set, and a log without it (as records written before
+// it existed) still decodes.
+func TestSnapshot_Egress(t *testing.T) {
+	egress := func(intercept bool) *Snapshot {
+		s := goldenSnapshot()
+		s.Egress = &Egress{
+			Mode: "policy",
+			Destinations: []EgressDestination{
+				{Addr: "127.0.0.2", Port: 443, Protocol: "tcp", Verdict: "allowed", Count: 2, Names: []string{"a.test"}},
+				{Addr: "api.test", Port: 443, Protocol: "https GET", Verdict: "denied", Count: 1},
+			},
+			DNS:           []EgressQuery{{Name: "a.test", Type: "A", Outcome: "answered", Count: 1}},
+			Incomplete:    true,
+			HTTPIntercept: intercept,
+		}
+		return s
+	}
+	for _, intercept := range []bool{true, false} {
+		want := egress(intercept)
+		data := mustEncodeSnapshot(t, want)
+		got, err := DecodeSnapshot(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("round trip:\n got %+v\nwant %+v", got.Egress, want.Egress)
+		}
+		if js := string(snapshotJSON(t, data)); strings.Contains(js, `"http_intercept":true`) != intercept || strings.Contains(js, `"http_intercept":false`) {
+			t.Errorf("http_intercept %v: JSON %s", intercept, js)
+		}
+	}
+	old := `{"root":"` + codecID(1).String() + `","workspace":"w","seq":1,"time":"1970-01-01T00:00:01Z","stats":{},` +
+		`"egress":{"mode":"policy","destinations":[{"addr":"a.test","port":80,"protocol":"http GET","verdict":"allowed","count":1}]}}`
+	got, err := DecodeSnapshot(wrapSnapshotJSON([]byte(old)))
+	if err != nil {
+		t.Fatalf("a record without http_intercept: %v", err)
+	}
+	if got.Egress == nil || got.Egress.HTTPIntercept || len(got.Egress.Destinations) != 1 {
+		t.Errorf("decoded egress %+v", got.Egress)
+	}
+}

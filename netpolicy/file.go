@@ -44,6 +44,8 @@ func ReadPolicyFile(path string) (Policy, error) {
 //	  - host: api.github.com
 //	    methods: [GET, HEAD]
 //	  - uploads.example.org=PUT   # the flag's syntax works too
+//	httpIntercept: true           # --http-intercept: HTTPS to the hosts
+//	                              # of the http rules, methods enforced
 func ParsePolicy(data []byte, name string) (Policy, error) {
 	fe := func(line int, format string, args ...any) error {
 		return &FileError{Path: name, Line: line, Err: fmt.Errorf(format, args...)}
@@ -157,6 +159,14 @@ func (d *fileDecoder) scalar(n *yaml.Node, what string) (string, error) {
 	return n.Value, nil
 }
 
+// boolean reads a YAML boolean: true or false (True, TRUE...).
+func (d *fileDecoder) boolean(n *yaml.Node, what string) (bool, error) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		return false, d.errAt(n, "%s: expected true or false", what)
+	}
+	return n.Value == "true" || n.Value == "True" || n.Value == "TRUE", nil
+}
+
 func (d *fileDecoder) seq(n *yaml.Node, what string, each func(i int, item *yaml.Node) error) error {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
@@ -178,7 +188,7 @@ func (d *fileDecoder) policy(doc *yaml.Node) (Policy, error) {
 		root = root.Content[0]
 	}
 	p := Policy{Mode: ModePolicy}
-	err := d.fields(root, "policy", []string{"mode", "allow", "allowHosts", "http"}, func(key string, v *yaml.Node) error {
+	err := d.fields(root, "policy", []string{"mode", "allow", "allowHosts", "http", "httpIntercept"}, func(key string, v *yaml.Node) error {
 		switch key {
 		case "mode":
 			s, err := d.scalar(v, "mode")
@@ -208,6 +218,10 @@ func (d *fileDecoder) policy(doc *yaml.Node) (Policy, error) {
 				p.HTTP = append(p.HTTP, r)
 				return err
 			})
+		case "httpIntercept":
+			b, err := d.boolean(v, "httpIntercept")
+			p.HTTPIntercept = b
+			return err
 		}
 		return nil
 	})
@@ -275,10 +289,7 @@ func (d *fileDecoder) hostRule(n *yaml.Node, what string) (HostRule, error) {
 		case "protocol":
 			r.Protocols, err = d.protocol(v, what+".protocol", r.Protocols)
 		case "allowPrivateAnswers":
-			if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" {
-				return d.errAt(v, "%s.allowPrivateAnswers: expected true or false", what)
-			}
-			r.AllowPrivate = v.Value == "true" || v.Value == "True" || v.Value == "TRUE"
+			r.AllowPrivate, err = d.boolean(v, what+".allowPrivateAnswers")
 		}
 		return err
 	})

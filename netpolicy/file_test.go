@@ -25,6 +25,7 @@ func TestParsePolicy(t *testing.T) {
 			{Host: "api.github.com", Methods: []string{"GET", "HEAD"}},
 			{Host: "x.internal.example", Methods: []string{"PUT"}},
 		},
+		HTTPIntercept: true,
 	}
 	good := []struct {
 		name, file, data string
@@ -46,12 +47,14 @@ http:
   - host: api.github.com
     methods: [GET, HEAD]
   - x.internal.example=PUT
+httpIntercept: true
 `, full},
 		{"JSON", "p.json", `{
 	"mode": "policy",
 	"allow": ["10.0.0.0/8:443", {"cidr": "2001:db8::/32", "ports": "80,8000-9000/tcp"}],
 	"allowHosts": ["api.github.com:443", {"name": "*.internal.example", "ports": [443], "allowPrivateAnswers": true}],
-	"http": [{"host": "api.github.com", "methods": ["GET", "HEAD"]}, "x.internal.example=put"]
+	"http": [{"host": "api.github.com", "methods": ["GET", "HEAD"]}, "x.internal.example=put"],
+	"httpIntercept": true
 }`, full},
 		{"JSONByContent", "policy", `{"allowHosts": ["a.org"]}`, Policy{Mode: ModePolicy, AllowHosts: []HostRule{{Name: "a.org"}}}},
 		{"ModeDefaultsToPolicy", "p.yaml", "allow: [1.2.3.4]\n", Policy{Mode: ModePolicy, Allow: []CIDRRule{{Prefix: netip.MustParsePrefix("1.2.3.4/32")}}}},
@@ -77,7 +80,7 @@ http:
 		name, file, data, want string
 	}{
 		{"Empty", "p.yaml", "  \n", "p.yaml: empty policy"},
-		{"UnknownTop", "p.yaml", "mode: policy\nallow_hosts: [a.org]\n", `p.yaml:2: policy: unknown field "allow_hosts" (fields are mode, allow, allowHosts, http)`},
+		{"UnknownTop", "p.yaml", "mode: policy\nallow_hosts: [a.org]\n", `p.yaml:2: policy: unknown field "allow_hosts" (fields are mode, allow, allowHosts, http, httpIntercept)`},
 		{"UnknownInRule", "p.yaml", "allowHosts:\n  - name: a.org\n    prots: 443\n", `p.yaml:3: allowHosts[0]: unknown field "prots"`},
 		{"Twice", "p.yaml", "mode: policy\nmode: none\n", `p.yaml:2: policy: field "mode" given twice`},
 		{"BadMode", "p.yaml", "mode: open\n", `p.yaml:1: mode "open": unknown network mode (use none, policy or unrestricted)`},
@@ -91,6 +94,9 @@ http:
 		{"PrivateNotBool", "p.yaml", "allowHosts:\n  - name: a.org\n    allowPrivateAnswers: yes please\n", `p.yaml:3: allowHosts[0].allowPrivateAnswers: expected true or false`},
 		{"AllowNotList", "p.yaml", "allow: 10.0.0.0/8\n", `p.yaml:1: allow: expected a list`},
 		{"MethodsUncovered", "p.yaml", "allowHosts: [a.org]\nhttp:\n  - host: b.org\n    methods: [GET]\n", `p.yaml: http-methods b.org=GET: no allow-host rule allows b.org`},
+		{"InterceptNotBool", "p.yaml", "allowHosts: [a.org]\nhttp: [a.org=GET]\nhttpIntercept: on\n", `p.yaml:3: httpIntercept: expected true or false`},
+		{"InterceptWithoutRules", "p.yaml", "allowHosts: [a.org]\nhttpIntercept: true\n", `p.yaml: http-intercept: no HTTP method rules`},
+		{"InterceptWithNone", "p.yaml", "mode: none\nhttpIntercept: true\n", `http-intercept: rules need network mode policy, not none`},
 		{"NoMethods", "p.yaml", "allowHosts: [a.org]\nhttp:\n  - host: a.org\n", `p.yaml:3: http[0]: no methods`},
 		{"RulesWithNone", "p.yaml", "mode: none\nallow: [10.0.0.0/8]\n", `rules need network mode policy, not none`},
 		{"YAMLSyntax", "p.yaml", "allow:\n  - [unclosed\n", `p.yaml:1: did not find expected ',' or ']'`},

@@ -82,6 +82,12 @@ type Policy struct {
 	// these methods. Each host must be allowed by an AllowHosts rule.
 	// ModePolicy only.
 	HTTP []HostMethods `json:"http,omitempty"`
+	// HTTPIntercept has the HTTP proxy terminate the sandbox's TLS to the
+	// hosts with method rules (--http-intercept), with a CA made for the
+	// run and trusted by the sandbox only, so that their methods can be
+	// enforced over HTTPS too. Without it, HTTPS to those hosts is denied.
+	// Needs HTTP rules. Default false. ModePolicy only.
+	HTTPIntercept bool `json:"httpIntercept,omitempty"`
 }
 
 // CIDRRule allows connections to a network (--allow CIDR[:PORTS]).
@@ -222,6 +228,8 @@ func (p Policy) Validate() error {
 			first = "allow-host " + p.AllowHosts[0].String()
 		case len(p.HTTP) > 0:
 			first = "http-methods " + p.HTTP[0].String()
+		case p.HTTPIntercept:
+			first = "http-intercept"
 		}
 		if first != "" {
 			return ruleErr(first, "rules need network mode policy, not "+p.Mode.String(),
@@ -261,6 +269,10 @@ func (p Policy) Validate() error {
 			return ruleErr(name, "no allow-host rule allows "+h.Host,
 				"add --allow-host "+h.Host+":443 (method rules restrict allowed hosts; they allow nothing)")
 		}
+	}
+	if p.HTTPIntercept && len(p.HTTP) == 0 {
+		return ruleErr("http-intercept", "no HTTP method rules: interception serves only hosts with method rules",
+			"add --http-methods HOST=GET,HEAD (http: in a policy file), or drop --http-intercept")
 	}
 	return nil
 }

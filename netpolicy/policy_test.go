@@ -181,6 +181,11 @@ func TestPolicy_Validate(t *testing.T) {
 			HTTP: []HostMethods{{Host: "a.org", Methods: []string{"GET"}}, {Host: "a.org", Methods: []string{"PUT"}}}}, "a second method rule"},
 		{"MethodsLower", Policy{Mode: ModePolicy, AllowHosts: []HostRule{host("a.org")},
 			HTTP: []HostMethods{{Host: "a.org", Methods: []string{"get"}}}}, "upper case"},
+		{"Intercept", Policy{Mode: ModePolicy, AllowHosts: []HostRule{host("a.org")},
+			HTTP: []HostMethods{{Host: "a.org", Methods: []string{"GET"}}}, HTTPIntercept: true}, ""},
+		{"InterceptWithoutMethods", Policy{Mode: ModePolicy, AllowHosts: []HostRule{host("a.org")}, HTTPIntercept: true},
+			"http-intercept: no HTTP method rules: interception serves only hosts with method rules (add --http-methods HOST=GET,HEAD"},
+		{"InterceptUnrestricted", Policy{Mode: ModeUnrestricted, HTTPIntercept: true}, "http-intercept: rules need network mode policy, not unrestricted"},
 		{"TooManyPorts", Policy{Mode: ModePolicy, Allow: []CIDRRule{{Prefix: netip.MustParsePrefix("10.0.0.0/8"), Ports: make([]PortRange, 17)}}}, "at most 16"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

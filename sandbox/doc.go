@@ -105,7 +105,8 @@
 //	               symlinks into /proc/self/fd. No other device: no fuse, no
 //	               disks, no kvm
 //	/tmp           a fresh tmpfs, mode 1777, Spec.TmpSize
-//	/run           an empty read-only tmpfs: the host's holds its daemons'
+//	/run           a fresh read-only tmpfs holding only Spec.RunFiles
+//	               (empty without them): the host's holds its daemons'
 //	               sockets, which Landlock cannot deny before ABI 9
 //
 // Init builds it in its own mount namespace, made private first, on a

@@ -79,9 +79,10 @@ func buildRoot(cfg *initConfig, fds []int) error {
 	if err := mountTmpfs(staging+"/tmp", tmpOpts, 0); err != nil {
 		return fmt.Errorf("mount /tmp: %w", err)
 	}
-	// A fresh, empty, read-only /run: the host's holds its daemons' sockets.
-	if err := mountTmpfs(staging+"/run", "mode=0755,"+smallTmpfs, unix.MS_RDONLY); err != nil {
-		return fmt.Errorf("mount /run: %w", err)
+	// A fresh, read-only /run with only the run files: the host's holds
+	// its daemons' sockets.
+	if err := buildRun(cfg.RunFiles); err != nil {
+		return fmt.Errorf("build /run: %w", err)
 	}
 	if err := bindPersisted(cfg.Persist); err != nil {
 		return err

@@ -42,6 +42,9 @@ type initConfig struct {
 	WorkspaceFD int
 	// Persist are the persisted paths to bind (not the nested ones).
 	Persist []string
+	// RunFiles are the read-only files to write under /run (Dst, Mode,
+	// Data) before it is made read-only.
+	RunFiles []secretConfig `json:",omitempty"`
 	// Setup is the setup phase, nil if none.
 	Setup *phaseConfig
 	// Agent is the agent's phase.
@@ -77,7 +80,8 @@ type phaseConfig struct {
 	WritePaths []string
 }
 
-// secretConfig is one secret file, with its content.
+// secretConfig is one secret file, with its content (also used for
+// RunFiles, which are not secret).
 type secretConfig struct {
 	Dst  string
 	Mode uint32

@@ -243,6 +243,13 @@ func (r *runner) config() (*initConfig, error) {
 		Persist:     binds,
 		Agent:       phaseConfig{Name: "agent", Args: s.Args, Env: s.Env, Dir: s.Dir, WritePaths: writable},
 	}
+	for _, f := range s.RunFiles {
+		mode := uint32(f.Mode.Perm())
+		if mode == 0 {
+			mode = 0o444
+		}
+		cfg.RunFiles = append(cfg.RunFiles, secretConfig{Dst: f.Path, Mode: mode, Data: f.Data})
+	}
 	if p := s.Setup; p != nil {
 		env := append(append([]string{}, s.Env...), p.SecretEnv...)
 		cfg.Setup = &phaseConfig{Name: "setup", Args: p.Args, Env: env, Dir: s.Dir, WritePaths: writable}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"strings"
 	"time"
@@ -37,6 +38,11 @@ const (
 	PersistDir = ".cairn/persist"
 	// MaxSecretFileSize is the largest secret file accepted, in bytes.
 	MaxSecretFileSize = 1 << 20
+	// RunDir is the sandbox's /run: a fresh read-only tmpfs holding only
+	// Spec.RunFiles.
+	RunDir = "/run"
+	// MaxRunFilesSize is the largest total size of Spec.RunFiles, in bytes.
+	MaxRunFilesSize = 16 << 20
 	// MinPids is the smallest pids limit accepted: the limit counts threads,
 	// and the sandbox's init and command starter (Go programs) use about 13
 	// before the command runs.
@@ -103,6 +109,11 @@ type Spec struct {
 	// the same sandbox, with secrets the agent phase does not get. Default
 	// nil: no setup phase.
 	Setup *Phase
+	// RunFiles are files every phase sees, read-only, under RunDir (such
+	// as a CA bundle at /run/cairn/ca-bundle.pem). They are written to the
+	// sandbox's /run tmpfs before it is made read-only: never to the
+	// workspace or any disk. Default none.
+	RunFiles []RunFile
 	// Stdin, Stdout and Stderr are the command's standard streams (for both
 	// phases). The sandbox always gets pipes, which Run copies from and to
 	// these (see the package documentation). Default nil: an empty stdin,
@@ -145,6 +156,21 @@ type SecretFile struct {
 	// the phase and removed afterwards, which needs a writable place
 	// (/workspace, /tmp or a persisted path).
 	Dst string
+}
+
+// RunFile is a read-only file under the sandbox's /run, for every phase.
+// It is not secret: any process of the sandbox can read it.
+type RunFile struct {
+	// Path is the path inside the sandbox: absolute, clean, below RunDir
+	// ("/run/cairn/ca-bundle.pem"). Missing directories are created, mode
+	// 0755.
+	Path string
+	// Data is the content. All RunFiles together hold at most
+	// MaxRunFilesSize bytes.
+	Data []byte
+	// Mode is the permission bits (no setuid, setgid or sticky bit).
+	// Default 0: 0444.
+	Mode fs.FileMode
 }
 
 // Result is the outcome of a run.
@@ -243,6 +269,33 @@ func (s *Spec) Validate() error {
 		if err := s.Setup.validate(names); err != nil {
 			return err
 		}
+	}
+	return validateRunFiles(s.RunFiles)
+}
+
+// validateRunFiles checks the RunFiles' paths, modes and total size: each
+// below RunDir, none twice, none inside another.
+func validateRunFiles(files []RunFile) error {
+	total := 0
+	for i, f := range files {
+		if err := validateSandboxPath("run file", f.Path); err != nil {
+			return err
+		}
+		if !strings.HasPrefix(f.Path, RunDir+"/") {
+			return fmt.Errorf("sandbox: run file %s is not below %s: %w", f.Path, RunDir, ErrInvalid)
+		}
+		if f.Mode&^fs.ModePerm != 0 {
+			return fmt.Errorf("sandbox: run file %s: mode %v: want permission bits only: %w", f.Path, f.Mode, ErrInvalid)
+		}
+		for _, g := range files[:i] {
+			if under(f.Path, g.Path) || under(g.Path, f.Path) {
+				return fmt.Errorf("sandbox: run files %s and %s: the same path, or one inside the other: %w", g.Path, f.Path, ErrInvalid)
+			}
+		}
+		total += len(f.Data)
+	}
+	if total > MaxRunFilesSize {
+		return fmt.Errorf("sandbox: run files hold %d bytes, more than %d: %w", total, MaxRunFilesSize, ErrInvalid)
 	}
 	return nil
 }

@@ -27,6 +27,9 @@ func newApp() *cli.App {
 		Name:    "cairn",
 		Usage:   "a content-addressed, snapshotting filesystem for AI-agent workspaces",
 		Version: version,
+		// A repeatable flag's value is taken whole: rules and variables
+		// hold commas (--allow 1.2.3.4:80,443, --env LIST=a,b).
+		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{
 				Name:    "home",

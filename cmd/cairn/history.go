@@ -210,6 +210,9 @@ func runShow(ctx context.Context, w io.Writer, st *chunkstore.Store, ref string,
 	}
 	if e := snap.Egress; e != nil {
 		fmt.Fprintf(w, "egress    policy %s", e.Mode)
+		if e.HTTPIntercept {
+			fmt.Fprint(w, ", HTTPS to the hosts with method rules intercepted (with a CA made for the turn)")
+		}
 		if e.Incomplete {
 			fmt.Fprint(w, " (incomplete: some attempts were not counted)")
 		}

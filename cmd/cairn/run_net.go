@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
+	"sync/atomic"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -29,9 +32,29 @@ func netFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "allow", Usage: "allow `CIDR[:PORTS]`, e.g. 10.0.0.0/8:443, 1.2.3.4:80,443, [2001:db8::/32]:8000-9000/tcp (repeatable)"},
 		&cli.StringSliceFlag{Name: "allow-host", Usage: "allow `NAME[:PORTS]` and what it resolves to, e.g. api.github.com:443, *.pypi.org (repeatable)"},
 		&cli.StringSliceFlag{Name: "http-methods", Usage: "only these methods for a host, through cairn's HTTP proxy: `HOST=GET,HEAD` (repeatable)"},
+		&cli.BoolFlag{Name: "http-intercept", Usage: "enforce --http-methods over HTTPS too: the proxy terminates TLS to those hosts with a CA made for this run, which the sandbox trusts (" + caBundlePath + ")"},
 		&cli.StringFlag{Name: "net-policy", Usage: "egress rules from `FILE` (YAML or JSON; see README)"},
 		&cli.StringSliceFlag{Name: "dns-upstream", Usage: "the resolvers cairn's DNS forwarder asks, `HOST:PORT` (default: /etc/resolv.conf's)"},
 	}
+}
+
+// Where the sandbox finds the interception CA (--http-intercept): its
+// /run, read-only.
+const (
+	caBundlePath = "/run/cairn/ca-bundle.pem" // the host's roots and the CA
+	caCertPath   = "/run/cairn/ca.pem"        // the CA alone
+)
+
+// caEnv are the variables that point common clients at the sandbox's
+// trust store: OpenSSL (and so Python's ssl, curl, git), requests, curl,
+// git, pip, and Node (which adds NODE_EXTRA_CA_CERTS to its own roots).
+var caEnv = []string{
+	"SSL_CERT_FILE=" + caBundlePath,
+	"REQUESTS_CA_BUNDLE=" + caBundlePath,
+	"CURL_CA_BUNDLE=" + caBundlePath,
+	"GIT_SSL_CAINFO=" + caBundlePath,
+	"PIP_CERT=" + caBundlePath,
+	"NODE_EXTRA_CA_CERTS=" + caCertPath,
 }
 
 // netOptions is the egress part of a run.
@@ -72,7 +95,10 @@ func policyFromFlags(c *cli.Context) (netOptions, error) {
 		}
 		p.HTTP = append(p.HTTP, r)
 	}
-	rules := len(p.Allow)+len(p.AllowHosts)+len(p.HTTP) > 0
+	if c.Bool("http-intercept") {
+		p.HTTPIntercept = true
+	}
+	rules := len(p.Allow)+len(p.AllowHosts)+len(p.HTTP) > 0 || p.HTTPIntercept
 	switch m := c.String("net"); {
 	case m != "":
 		if p.Mode, err = netpolicy.ParseMode(m); err != nil {
@@ -82,7 +108,7 @@ func policyFromFlags(c *cli.Context) (netOptions, error) {
 		p.Mode = netpolicy.ModePolicy
 	}
 	if rules && p.Mode != netpolicy.ModePolicy {
-		return netOptions{}, usageError{fmt.Errorf("--net %s takes no --allow, --allow-host or --http-methods rules (they are for --net policy)", p.Mode)}
+		return netOptions{}, usageError{fmt.Errorf("--net %s takes no --allow, --allow-host, --http-methods or --http-intercept (they are for --net policy)", p.Mode)}
 	}
 	if err := p.Validate(); err != nil {
 		return netOptions{}, usageError{err}
@@ -132,19 +158,34 @@ func (e *egress) setup(ctx context.Context, spec *sandbox.Spec, stderr func(stri
 			}
 			rules = append(rules, r)
 		}
-		proxy, err := httpproxy.Start(httpproxy.Config{Rules: rules, Allowed: func(host string, port uint16) bool { return allows(p, host, port) }}, "127.0.0.1:0")
+		cfg := httpproxy.Config{
+			Rules:         rules,
+			Allowed:       func(host string, port uint16) bool { return allows(p, host, port) },
+			AllowInternal: func(host string, a netip.Addr, port uint16) bool { return allowsInternal(p, host, a, port) },
+			Resolver:      upstreamResolver(e.opts.Upstreams),
+		}
+		if p.HTTPIntercept {
+			if err := intercept(&cfg, spec); err != nil {
+				return err
+			}
+		}
+		proxy, err := httpproxy.Start(cfg, "127.0.0.1:0")
 		if err != nil {
 			return fmt.Errorf("the HTTP proxy for --http-methods: %w", err)
 		}
 		e.proxy = proxy
-		spec.Env = append(spec.Env, proxy.Env()...)
+		if err := addEnv(spec, proxy.Env()); err != nil {
+			proxy.Close()
+			e.proxy = nil
+			return err
+		}
 		session.AllowHosts = nil
 		for _, hr := range p.AllowHosts {
 			if _, ruled := p.Methods(hr.Name); !ruled {
 				session.AllowHosts = append(session.AllowHosts, hr)
 			}
 		}
-		session.HTTP = nil
+		session.HTTP, session.HTTPIntercept = nil, false
 		ap := proxy.Addr().(*net.TCPAddr).AddrPort()
 		session.Allow = append(session.Allow, netpolicy.CIDRRule{Prefix: netip.PrefixFrom(ap.Addr().Unmap(), 32),
 			Ports: []netpolicy.PortRange{{First: ap.Port(), Last: ap.Port()}}, Protocols: netpolicy.TCP})
@@ -163,30 +204,110 @@ func (e *egress) setup(ctx context.Context, spec *sandbox.Spec, stderr func(stri
 	return nil
 }
 
+// intercept turns TLS interception on for the proxy cfg: a CA made for
+// this run, constrained to the hosts with method rules, whose key stays in
+// this process's memory (never on disk, never in the sandbox); the sandbox
+// gets its certificate, with the host's roots, read-only in its /run, and
+// the variables that point clients at it.
+func intercept(cfg *httpproxy.Config, spec *sandbox.Spec) error {
+	rootsFile, err := httpproxy.SystemRootsFile()
+	if err != nil {
+		return fmt.Errorf("--http-intercept: the sandbox's trust store: %w", err)
+	}
+	roots, err := httpproxy.ReadRoots(rootsFile)
+	if err != nil {
+		return fmt.Errorf("--http-intercept: the sandbox's trust store: %w (set SSL_CERT_FILE to a PEM bundle of roots)", err)
+	}
+	var hosts []string
+	for _, r := range cfg.Rules {
+		hosts = append(hosts, r.Host)
+	}
+	var id [6]byte
+	rand.Read(id[:])
+	certPEM, keyPEM, ca, err := httpproxy.NewCA("cairn run "+hex.EncodeToString(id[:]), hosts...)
+	if err != nil {
+		return fmt.Errorf("--http-intercept: the interception CA: %w", err)
+	}
+	clear(keyPEM) // the key lives on in ca only, for the proxy
+	cfg.CA = &ca
+	spec.RunFiles = append(spec.RunFiles,
+		sandbox.RunFile{Path: caBundlePath, Data: httpproxy.TrustBundle(roots, certPEM)},
+		sandbox.RunFile{Path: caCertPath, Data: certPEM})
+	return addEnv(spec, caEnv)
+}
+
+// addEnv adds cairn's variables to the sandbox's environment; one the
+// caller set with --env too is a usage error rather than a silent choice.
+func addEnv(spec *sandbox.Spec, vars []string) error {
+	for _, kv := range vars {
+		name, _, _ := strings.Cut(kv, "=")
+		for _, have := range spec.Env {
+			if strings.HasPrefix(have, name+"=") {
+				return usageError{fmt.Errorf("--env %s: cairn run sets %s for the egress policy's HTTP proxy; drop --env %s", name, name, name)}
+			}
+		}
+	}
+	spec.Env = append(spec.Env, vars...)
+	return nil
+}
+
+// upstreamResolver resolves through the DNS upstreams the forwarder asks
+// (--dns-upstream), so that the proxy sees the same names as the sandbox;
+// nil (the system's resolver, which reads /etc/resolv.conf like the
+// forwarder) without them.
+func upstreamResolver(upstreams []string) *net.Resolver {
+	if len(upstreams) == 0 {
+		return nil
+	}
+	var next atomic.Uint32
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, upstreams[int(next.Add(1)-1)%len(upstreams)])
+	}}
+}
+
+// inPorts reports whether port is in ports (empty: every port).
+func inPorts(ports []netpolicy.PortRange, port uint16) bool {
+	if len(ports) == 0 {
+		return true
+	}
+	for _, r := range ports {
+		if port >= r.First && port <= r.Last {
+			return true
+		}
+	}
+	return false
+}
+
 // allows reports whether the policy lets the sandbox reach host:port
 // directly (for the proxy's tunnels to hosts without method rules).
 func allows(p netpolicy.Policy, host string, port uint16) bool {
-	in := func(ports []netpolicy.PortRange) bool {
-		if len(ports) == 0 {
-			return true
-		}
-		for _, r := range ports {
-			if port >= r.First && port <= r.Last {
-				return true
-			}
-		}
-		return false
-	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		for _, r := range p.Allow {
-			if r.Prefix.Contains(a.Unmap()) && r.Protocols != netpolicy.UDP && in(r.Ports) {
+			if r.Prefix.Contains(a.Unmap()) && r.Protocols != netpolicy.UDP && inPorts(r.Ports, port) {
 				return true
 			}
 		}
 		return false
 	}
 	for _, r := range p.HostRules(host) {
-		if r.Protocols != netpolicy.UDP && in(r.Ports) {
+		if r.Protocols != netpolicy.UDP && inPorts(r.Ports, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// allowsInternal reports whether host may lead the proxy to the internal
+// (loopback, private, link-local...) address a on port: an address rule
+// allows a itself, or a rule for the name keeps private answers
+// (allowPrivateAnswers), as the forwarder does for the sandbox.
+func allowsInternal(p netpolicy.Policy, host string, a netip.Addr, port uint16) bool {
+	if allows(p, a.String(), port) {
+		return true
+	}
+	for _, r := range p.HostRules(host) {
+		if r.AllowPrivate && r.Protocols != netpolicy.UDP && inPorts(r.Ports, port) {
 			return true
 		}
 	}
@@ -220,12 +341,18 @@ func (e *egress) finish() (*chunkstore.Egress, error) {
 				verdict = "denied"
 			}
 			proto := "http " + x.Method
-			if x.Kind == httpproxy.KindTunnel {
+			switch {
+			case x.Kind == httpproxy.KindTunnel:
 				proto = "https (tunnel)"
+			case x.Kind == httpproxy.KindIntercepted && x.Method == http.MethodConnect:
+				proto = "https CONNECT (intercepted)"
+			case x.Kind == httpproxy.KindIntercepted:
+				proto = "https " + x.Method
 			}
 			out.Destinations = append(out.Destinations, chunkstore.EgressDestination{Addr: x.Host, Port: x.Port, Protocol: proto, Verdict: verdict, Count: x.Count})
 		}
 		errs = append(errs, e.proxy.Close())
+		out.HTTPIntercept = e.opts.Policy.HTTPIntercept
 		sort.SliceStable(out.Destinations, func(i, j int) bool { return out.Destinations[i].Addr < out.Destinations[j].Addr })
 	}
 	if e.bpffs != "" {

@@ -9,9 +9,11 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -196,4 +198,85 @@ func (p *Proxy) leaf(host string) (*tls.Certificate, error) {
 	}
 	c.m[host] = l
 	return l, nil
+}
+
+// systemRootsFiles are the usual places of a Linux distribution's
+// bundle of trusted roots, in the order Go's crypto/x509 tries them.
+var systemRootsFiles = []string{
+	"/etc/ssl/certs/ca-certificates.crt",
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem",
+	"/etc/pki/tls/cacert.pem",
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+	"/etc/ssl/cert.pem",
+}
+
+// SystemRootsFile returns the PEM file of trusted roots that Go (and
+// OpenSSL) read on this host: $SSL_CERT_FILE when it is set, else the
+// first of the usual Linux locations that exists. The error says to set
+// SSL_CERT_FILE when there is none.
+func SystemRootsFile() (string, error) {
+	if f := os.Getenv("SSL_CERT_FILE"); f != "" {
+		return f, nil
+	}
+	for _, f := range systemRootsFiles {
+		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("no file of trusted root certificates found (looked at %s); set SSL_CERT_FILE to one",
+		strings.Join(systemRootsFiles, ", "))
+}
+
+// maxRootsSize bounds the roots file ReadRoots reads (distributions'
+// bundles are about 250 KB).
+const maxRootsSize = 8 << 20
+
+// ReadRoots reads a PEM file of root certificates (at most 8 MiB) and
+// returns its certificates, re-encoded, without anything else the file
+// held (comments, keys, trusted-certificate blocks). It fails if the file
+// holds no certificate.
+func ReadRoots(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("root certificates: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxRootsSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("root certificates: %w", err)
+	}
+	if len(data) > maxRootsSize {
+		return nil, fmt.Errorf("root certificates %s: larger than %d bytes: %w", path, maxRootsSize, ErrInvalid)
+	}
+	var out []byte
+	for rest := data; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
+			continue // as crypto/x509's AppendCertsFromPEM: skip what does not parse
+		}
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: b.Bytes})...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("root certificates %s: no PEM certificate in it: %w", path, ErrInvalid)
+	}
+	return out, nil
+}
+
+// TrustBundle is the trust store for a sandbox whose TLS the proxy
+// intercepts: roots (PEM certificates, such as ReadRoots returns) followed
+// by the interception CA's certificate (NewCA's certPEM).
+func TrustBundle(roots, caPEM []byte) []byte {
+	out := make([]byte, 0, len(roots)+len(caPEM)+1)
+	out = append(out, roots...)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	return append(out, caPEM...)
 }

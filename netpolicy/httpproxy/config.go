@@ -55,6 +55,16 @@ type Config struct {
 	// allows nothing beyond Rules. It must be safe for concurrent use.
 	Allowed func(host string, port uint16) bool
 
+	// AllowInternal says whether host (a name or IP literal the policy
+	// allowed, as the client asked for it) may lead to addr on port, where
+	// addr is a loopback, private, link-local, CGNAT, multicast or
+	// unspecified address that host resolved to (a name's rule may allow
+	// private answers). The default dialer asks it before connecting to
+	// such an address. Nil: Allowed(addr.String(), port) decides, so only
+	// a rule for the address itself allows it. It must be safe for
+	// concurrent use.
+	AllowInternal func(host string, addr netip.Addr, port uint16) bool
+
 	// Dial connects to a destination the policy allowed, by name
 	// ("api.example.org:443"). Default: a net.Dialer with DialTimeout whose
 	// Control refuses the addresses described under Allowed. A custom Dial

@@ -52,7 +52,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	if p.caKey == nil {
 		p.deny(w, KindTunnel, &DeniedError{Host: host, Port: port, Method: http.MethodConnect,
 			Reason: hr.describe() + "; HTTP methods cannot be enforced inside TLS without interception, " +
-				"and this sandbox has no interception CA: use http:// for this host, or configure a sandbox CA"})
+				"and this sandbox has no interception CA: use http:// for this host, or turn on interception with a sandbox CA (cairn run --http-intercept)"})
 		return
 	}
 	p.intercept(w, hr, host, port)

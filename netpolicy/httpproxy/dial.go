@@ -25,21 +25,27 @@ func internal(a netip.Addr) bool {
 }
 
 // defaultDial resolves and connects like net.Dialer, refusing, after
-// resolution and before connecting, the internal addresses that Allowed
-// does not allow by address, and the proxy's own address.
+// resolution and before connecting, the internal addresses that the policy
+// does not allow (AllowInternal, else Allowed by address), and the proxy's
+// own address.
 func (p *Proxy) defaultDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	host = normalizeHost(host)
 	d := net.Dialer{
 		Timeout:  p.cfg.DialTimeout,
 		Resolver: p.cfg.Resolver,
 		ControlContext: func(_ context.Context, _, address string, _ syscall.RawConn) error {
-			return p.checkAddr(address)
+			return p.checkAddr(host, address)
 		},
 	}
 	return d.DialContext(ctx, network, addr)
 }
 
-// checkAddr decides a resolved address ("ip:port").
-func (p *Proxy) checkAddr(address string) error {
+// checkAddr decides a resolved address ("ip:port") of host.
+func (p *Proxy) checkAddr(host, address string) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return &DeniedError{Host: address, Reason: "not an IP address and port"}
@@ -48,7 +54,7 @@ func (p *Proxy) checkAddr(address string) error {
 	if p.isSelf(a, ap.Port()) {
 		return &DeniedError{Host: a.String(), Port: ap.Port(), Reason: "that is the proxy itself"}
 	}
-	if internal(a) && (p.cfg.Allowed == nil || !p.cfg.Allowed(a.String(), ap.Port())) {
+	if internal(a) && !p.allowInternal(host, a, ap.Port()) {
 		return &DeniedError{Host: a.String(), Port: ap.Port(),
 			Reason: "a loopback, private, link-local or otherwise internal address that the policy does not allow"}
 	}
@@ -69,4 +75,12 @@ func (p *Proxy) isSelf(a netip.Addr, port uint16) bool {
 	}
 	s := self.Addr().Unmap().WithZone("")
 	return s == a || s.IsUnspecified() && internal(a) || a.IsUnspecified() || s.IsLoopback() && a.IsLoopback()
+}
+
+// allowInternal decides an internal address a that host resolved to.
+func (p *Proxy) allowInternal(host string, a netip.Addr, port uint16) bool {
+	if p.cfg.AllowInternal != nil {
+		return p.cfg.AllowInternal(host, a, port)
+	}
+	return p.cfg.Allowed != nil && p.cfg.Allowed(a.String(), port)
 }

@@ -34,7 +34,7 @@
 //     configured: inside a TLS tunnel the proxy cannot see methods, so
 //     without interception the rules cannot be enforced, and the proxy will
 //     not pretend otherwise. The body says so and suggests http:// or a
-//     sandbox CA.
+//     sandbox CA (cairn run --http-intercept).
 //   - The proxy's own address is always denied (no loops).
 //
 // Requests in origin form ("GET / HTTP/1.1" sent to the proxy as if it were
@@ -47,10 +47,12 @@
 //
 // The default dialer resolves an allowed name and, before connecting to
 // each address, refuses loopback, private, link-local, CGNAT (100.64/10),
-// multicast and unspecified addresses unless Allowed allows that address
-// itself (Allowed("127.0.0.1", port)). So an allowed name that resolves
-// to the host's loopback or to 169.254.169.254 (DNS rebinding) is denied,
-// and the proxy is no open door to the host's loopback services. The
+// multicast and unspecified addresses unless the policy allows them:
+// Config.AllowInternal, asked with the name and the address (a name's rule
+// may allow private answers), or without it Allowed for that address itself
+// (Allowed("127.0.0.1", port)). So an allowed name that resolves to the
+// host's loopback or to 169.254.169.254 (DNS rebinding) is denied, and
+// the proxy is no open door to the host's loopback services. The
 // proxy runs outside the sandbox's cgroup, so BPF does not police its own
 // connections: this check does. A custom Config.Dial takes it over.
 //
@@ -68,6 +70,12 @@
 // connection that verifies the real host's certificate against RootCAs
 // (the system roots by default). A CONNECT to a host without method rules
 // stays a blind tunnel even with a CA.
+//
+// The sandbox's trust store is TrustBundle(roots, certPEM): the host's
+// roots (ReadRoots of SystemRootsFile, the file Go and OpenSSL read) and
+// the CA, so that clients pointed at it (SSL_CERT_FILE and the like) trust
+// both the intercepted hosts and the tunnelled ones. The CA's key stays
+// with the proxy, in memory.
 //
 // # Limits
 //

@@ -6,7 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -380,5 +383,36 @@ func TestProxy_CloseDuringRequest(t *testing.T) {
 	}
 	if err := <-done; err == nil {
 		t.Fatal("request succeeded through a closed proxy")
+	}
+}
+
+// TestProxy_AllowInternal: a name whose rule allows private answers may
+// lead to loopback through AllowInternal, which is asked with the name;
+// another name resolving to the same address is still refused.
+func TestProxy_AllowInternal(t *testing.T) {
+	up := newUpstream(t, false)
+	var asked []string
+	var mu sync.Mutex
+	p := startProxy(t, Config{
+		Allowed: allowHosts("localhost", "127.0.0.1"),
+		AllowInternal: func(host string, a netip.Addr, port uint16) bool {
+			mu.Lock()
+			asked = append(asked, host+" "+a.String())
+			mu.Unlock()
+			return host == "localhost" && a.IsLoopback()
+		},
+	})
+	c := proxyClient(t, p, nil)
+	if code, body := do(t, c, "GET", up.url("http", "LocalHost.", "/")); code != 200 {
+		t.Fatalf("GET to a name allowed to lead to loopback: %d %q", code, body)
+	}
+	code, body := do(t, c, "GET", up.url("http", "127.0.0.1", "/"))
+	if code != http.StatusForbidden || !strings.Contains(body, "internal address") {
+		t.Fatalf("GET to the literal (Allowed, but not AllowInternal): %d %q, want 403", code, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(asked, "localhost 127.0.0.1") || asked[len(asked)-1] != "127.0.0.1 127.0.0.1" {
+		t.Errorf("AllowInternal asked %q", asked)
 	}
 }
