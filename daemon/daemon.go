@@ -174,7 +174,7 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 		return fmt.Errorf("open the journal of %q: %w", cfg.Workspace, err)
 	}
 	defer func() {
-		if cerr := j.Close(); cerr != nil && err == nil {
+		if cerr := closeJournal(j, journalCloseTimeout); cerr != nil && err == nil {
 			err = fmt.Errorf("close the journal: %w", cerr)
 		}
 	}()
@@ -619,4 +619,24 @@ func CleanStale(home string, r *Record, dir string) error {
 func IsCairnMount(dir string) bool {
 	typ, ok := mountType(dir)
 	return ok && typ == "fuse."+cfs.TypeName
+}
+
+// journalCloseTimeout bounds how long a daemon waits for its journal to
+// close on the way out.
+const journalCloseTimeout = 2 * time.Minute
+
+// closeJournal closes j, giving up after timeout: Badger retries a failed
+// memtable flush forever (the state directory deleted or unwritable under
+// a running daemon), and a daemon must still exit then. To the journal,
+// giving up is a crash, which it is built to survive (the durability
+// contract in DESIGN.md): the next open recovers it.
+func closeJournal(j *journal.Journal, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- j.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("%w: the journal did not close within %v (is its directory gone or unwritable?); the next mount recovers it as after a crash", ErrBusy, timeout)
+	}
 }

@@ -33,13 +33,27 @@ func newInstance(t *testing.T) *instance {
 	testenv.NeedRoot(t, "FUSE mounts", true)
 	home := shortTempDir(t)
 	in := &instance{t: t, home: home, store: filepath.Join(home, "store")}
+	t.Cleanup(in.unmountAll)
 	in.must("init")
 	return in
 }
 
 // otherMachine is a second state directory over the same store.
 func (in *instance) otherMachine() *instance {
-	return &instance{t: in.t, home: shortTempDir(in.t), store: in.store, extra: in.extra}
+	o := &instance{t: in.t, home: shortTempDir(in.t), store: in.store, extra: in.extra}
+	in.t.Cleanup(o.unmountAll)
+	return o
+}
+
+// unmountAll takes down every mount the instance still has when its test
+// ends (before its home is removed), whatever the test did: no daemon or
+// mount outlives a test.
+func (in *instance) unmountAll() {
+	recs, _ := filepath.Glob(filepath.Join(in.home, "workspaces", "*", "mount.json"))
+	for _, p := range recs {
+		ws := filepath.Base(filepath.Dir(p))
+		in.cleanupMount(ws, in.record(ws).dirOrEmpty())
+	}
 }
 
 // shortTempDir is a temporary directory with a short path: control
