@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -13,6 +14,14 @@ import (
 var cairnBin string
 
 func TestMain(m *testing.M) {
+	if argv := os.Getenv(denyBPFEnv); argv != "" {
+		// A child of TestRun_EgressRefusedWithoutBPF: become cairn with
+		// bpf(2) denied.
+		os.Unsetenv(denyBPFEnv)
+		err := execDenyingBPF(strings.Split(argv, "\x1f"))
+		fmt.Fprintln(os.Stderr, "exec cairn with bpf(2) denied:", err)
+		os.Exit(1)
+	}
 	dir, err := os.MkdirTemp("", "cairn-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -174,7 +174,8 @@ func exitCode(w io.Writer, err error) int {
 		return exitUsage
 	case errors.Is(err, sandbox.ErrExec):
 		return exitCannotStart
-	case errors.Is(err, sandbox.ErrNotSupported), errors.Is(err, sandbox.ErrInit), errors.Is(err, sandbox.ErrSetupFailed):
+	case errors.Is(err, sandbox.ErrNotSupported), errors.Is(err, sandbox.ErrInit), errors.Is(err, sandbox.ErrSetupFailed),
+		errors.As(err, new(sandboxFailure)):
 		return exitSandbox
 	case errors.Is(err, daemon.ErrNotMounted):
 		return exitNotFound

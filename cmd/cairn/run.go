@@ -235,7 +235,7 @@ func runRun(ctx context.Context, opts runOptions) (*runResult, error) {
 	}
 	eg := &egress{opts: opts.Net, home: opts.Home}
 	if err := eg.setup(ctx, &spec, func(s string) { fmt.Fprintln(opts.Stderr, s) }); err != nil {
-		return nil, err
+		return nil, sandboxFailure{err}
 	}
 	start := time.Now()
 	res, runErr := sandbox.Run(ctx, &spec)
@@ -244,13 +244,16 @@ func runRun(ctx context.Context, opts runOptions) (*runResult, error) {
 		fmt.Fprintf(opts.Stderr, "cairn: egress policy: %v\n", egErr)
 	}
 	if res == nil {
-		return nil, runErr
+		if runErr == nil {
+			runErr = errors.New("the sandbox returned no result")
+		}
+		return nil, sandboxFailure{runErr}
 	}
 	out := &runResult{Sandbox: res}
 	if runErr != nil && res.StartLatency == 0 && res.SetupExitCode < 0 {
 		// Nothing of the turn ran (the sandbox could not be made): there is
 		// nothing to snapshot.
-		return out, runErr
+		return out, sandboxFailure{runErr}
 	}
 	if opts.NoSnapshot {
 		return out, runErr
@@ -277,6 +280,14 @@ func runRun(ctx context.Context, opts runOptions) (*runResult, error) {
 	fmt.Fprintf(opts.Stderr, "cairn: snapshot %s (%s@%d): %s\n", rep.ID, opts.Workspace, rep.Seq, state)
 	return out, runErr
 }
+
+// sandboxFailure is an error that kept the sandbox, or a protection asked
+// for, from being set up: nothing of the command ran (exit 125, unless the
+// error says the input was wrong or the command could not be started).
+type sandboxFailure struct{ err error }
+
+func (f sandboxFailure) Error() string { return f.err.Error() }
+func (f sandboxFailure) Unwrap() error { return f.err }
 
 // ensureMounted returns the mount point of the workspace, mounting it
 // first if no daemon serves it. The daemon is a process of its own (never

@@ -196,7 +196,10 @@ func (e *egress) setup(ctx context.Context, spec *sandbox.Spec, stderr func(stri
 	spec.BeforeStart = func(g *cgroups.Group, _ int) error {
 		s, err := netpolicy.Start(ctx, netpolicy.Config{Policy: session, CgroupPath: g.Path(), BPFFS: e.bpffs, Upstreams: e.opts.Upstreams})
 		if err != nil {
-			return err
+			// Fail closed: nothing runs without the policy asked for.
+			return fmt.Errorf("the egress policy (--net %s) cannot be enforced here, so nothing runs: %w; "+
+				"it needs BPF (root with CAP_BPF and CAP_NET_ADMIN, or CAP_SYS_ADMIN; no seccomp profile denying bpf) and cgroup2; "+
+				"without it, --net none gives the sandbox no network at all", p.Mode, err)
 		}
 		e.session = s
 		return nil
