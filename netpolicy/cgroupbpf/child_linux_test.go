@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(loaderEnv); spec != "" {
 		os.Exit(runLoader(spec))
 	}
+	if fifo := os.Getenv(holdEnv); fifo != "" {
+		os.Exit(runHolder(fifo))
+	}
 	os.Exit(m.Run())
 }
 

@@ -105,13 +105,28 @@
 // Attach links the programs to the cgroup; Pin pins the links and the maps
 // in a bpffs (MountBPFFS), after which they stay attached when the
 // supervisor exits or crashes, until the pins are removed (Close, or
-// RemovePinned by the next supervisor) or the cgroup is. Unpinning alone
-// lets the kernel release a link asynchronously; Close and RemovePinned
-// detach explicitly, so no program is attached once they return. Load and
-// Attach fail with errors wrapping ErrNotSupported when the kernel lacks
-// anything the programs need (probed first); they never attach a subset.
-// Sockets belong to the cgroup of the task that created them, so attach
-// before the workload starts.
+// RemovePinned or RemoveDead by the next supervisor) or the cgroup is.
+// Unpinning alone lets the kernel release a link asynchronously; Close,
+// RemovePinned and RemoveDead detach explicitly, so no program is attached
+// once they return. Load and Attach fail with errors wrapping
+// ErrNotSupported when the kernel lacks anything the programs need (probed
+// first); they never attach a subset. Sockets belong to the cgroup of the
+// task that created them, so attach before the workload starts.
+//
+// # Cleaning up after a crash
+//
+// RemoveDead is RemovePinned for pins whose owner is known to be dead but
+// whose cgroup may not be: it finds the cgroups the pinned links are
+// attached to (by the cgroup ID in the link's info, opened with
+// open_by_handle_at on the cgroup2 mount), and if one of them still holds
+// a process (cgroup.events: populated) it leaves everything attached and
+// returns an error wrapping ErrInUse. Otherwise it removes the pins and
+// returns those cgroups, now free of the programs, for their owner to
+// remove:
+//
+//	cgs, err := cgroupbpf.RemoveDead(filepath.Join(bpffs, id))
+//	if errors.Is(err, cgroupbpf.ErrInUse) { ... } // kill the cgroup's processes first
+//	for _, cg := range cgs { unix.Rmdir(cg) }
 //
 // # What the programs do not stop
 //

@@ -18,4 +18,7 @@ var (
 	ErrFull = errors.New("egress policy map full")
 	// ErrClosed: the Programs were used after Close.
 	ErrClosed = errors.New("egress programs closed")
+	// ErrInUse: RemoveDead found a process in a cgroup that the pinned
+	// programs are attached to, so it left them attached.
+	ErrInUse = errors.New("pinned egress programs still in use")
 )
