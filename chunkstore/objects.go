@@ -38,7 +38,7 @@ func (s *Store) Tree(ctx context.Context, id ID) (*Tree, error) {
 }
 
 // PutSnapshot makes everything stored so far durable (Flush), then writes the
-// snapshot record, and returns its ID. The record never reaches the backend
+// snapshot record (durably too), and returns its ID. The record never reaches the backend
 // before the blobs it refers to; the root tree must be in the store.
 func (s *Store) PutSnapshot(ctx context.Context, snap *Snapshot) (ID, error) {
 	if !s.Has(snap.Root) {
@@ -67,6 +67,11 @@ func (s *Store) PutSnapshot(ctx context.Context, snap *Snapshot) (ID, error) {
 	id := s.hasher.Sum(data)
 	if _, err := s.be.Put(ctx, snapshotKey(id), bytes.NewReader(data), backend.Condition{}); err != nil {
 		return ID{}, fmt.Errorf("write snapshot %s: %w", id.Short(), err)
+	}
+	if sb, ok := s.be.(syncer); ok {
+		if err := sb.Sync(); err != nil {
+			return ID{}, fmt.Errorf("write snapshot %s: %w", id.Short(), err)
+		}
 	}
 	return id, nil
 }

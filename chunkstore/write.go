@@ -289,16 +289,27 @@ func (s *Store) flush(ctx context.Context) error {
 	s.unindexed = nil
 	s.mu.Unlock()
 
-	if len(packs) == 0 {
-		return nil
+	if len(packs) > 0 {
+		if err := s.writeIndex(ctx, &indexFile{Packs: packs}); err != nil {
+			s.mu.Lock()
+			s.unindexed = append(packs, s.unindexed...)
+			s.mu.Unlock()
+			return fmt.Errorf("flush: %w", err)
+		}
 	}
-	if err := s.writeIndex(ctx, &indexFile{Packs: packs}); err != nil {
-		s.mu.Lock()
-		s.unindexed = append(packs, s.unindexed...)
-		s.mu.Unlock()
-		return fmt.Errorf("flush: %w", err)
+	if sb, ok := s.be.(syncer); ok {
+		if err := sb.Sync(); err != nil {
+			return fmt.Errorf("flush: %w", err)
+		}
 	}
 	return nil
+}
+
+// syncer is a backend whose writes become durable only when synced: the
+// outbox, which writes objects to local disk without fsync and uploads
+// most of them before anything needs them durable.
+type syncer interface {
+	Sync() error
 }
 
 func (s *Store) writeIndex(ctx context.Context, f *indexFile) error {

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +48,9 @@ type Backend struct {
 	opts   Options
 
 	refMu sync.Mutex // serialises ref moves: check and queue are one step
+	// syncMu: enqueues hold it shared while they write; Sync holds it
+	// alone, so every sequence number below b.next is then whole on disk.
+	syncMu sync.RWMutex
 
 	mu       sync.Mutex
 	cond     *sync.Cond          // signalled when an entry is queued or done, and at Close
@@ -62,6 +67,7 @@ type Backend struct {
 	kept     map[string]int64    // uploaded objects kept locally: key -> size
 	keptList []string            // their keys, oldest first
 	keptSize int64
+	synced   uint64 // the watermark: every entry up to it is fsync'd (see Sync)
 	closed   bool
 	wg       sync.WaitGroup
 	ctx      context.Context
@@ -79,8 +85,13 @@ type entry struct {
 	Prev     []byte    `json:"prev,omitempty"`
 	PrevNone bool      `json:"prev_none,omitempty"`
 	Queued   time.Time `json:"queued"`
+	// Check is the data's checksum ("crc32c:" and 8 hex digits), which a
+	// restart verifies for entries written after the last Sync. Outboxes
+	// of older versions (every entry fsync'd) have none.
+	Check string `json:"check,omitempty"`
 
 	data    []byte // refs only: the new value (objects are read from their file)
+	synced  bool   // data and record fsync'd
 	started bool   // being uploaded
 	done    bool
 }
@@ -102,6 +113,9 @@ type Pending struct {
 	// succeeds), and Since when they started failing.
 	Failing error
 	Since   time.Time
+	// Unsynced counts the queued writes not yet durable on local disk
+	// (written, not fsync'd: see Sync).
+	Unsynced int
 	// Uploaded counts the writes uploaded since Open.
 	Uploaded uint64
 	// Lost lists the ref moves that lost their compare-and-swap.
@@ -147,6 +161,11 @@ func Open(remote backend.Backend, dir string, opts Options) (*Backend, error) {
 	if err := b.load(); err != nil {
 		return nil, err
 	}
+	// What survived a crash is whole: make it durable, so a later crash
+	// does not check it again.
+	if err := b.Sync(); err != nil {
+		return nil, err
+	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.wg.Add(1)
 	go b.run()
@@ -154,14 +173,32 @@ func Open(remote backend.Backend, dir string, opts Options) (*Backend, error) {
 }
 
 // load reads the queue an earlier process left. An entry is queued once
-// its record exists (written after its data, renamed into place), so a
-// crash leaves whole entries or none; stray data files are removed.
+// its record exists (written after its data, renamed into place). Entries
+// up to the watermark were fsync'd and are trusted; later ones were not
+// (see Sync): a crash of the machine may have left them torn, so each is
+// checked against its checksum, and the first that fails is dropped with
+// every later one (nothing durable depends on them: a Flush or ref move
+// that returned would have moved the watermark past them). A record whose
+// data is gone was uploaded: its removal did not reach the disk. Stray
+// data files are removed.
 func (b *Backend) load() error {
+	w, err := readWatermark(b.dir)
+	if err != nil {
+		return fmt.Errorf("outbox %s: %w", b.dir, err)
+	}
+	b.synced = w
 	names, err := os.ReadDir(filepath.Join(b.dir, "q"))
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	have := map[string]bool{}
+	cut := uint64(0) // the first unsynced entry found torn (0: none)
+	drop := func(seq uint64, why string) {
+		if seq > w && (cut == 0 || seq < cut) {
+			cut = seq
+		}
+		b.opts.Logf("outbox %s: queued write %d %s: dropped with the writes queued after it (never acknowledged as durable; they are made again)", b.dir, seq, why)
+	}
 	for _, n := range names {
 		seq, err := strconv.ParseUint(strings.TrimSuffix(n.Name(), ".json"), 10, 64)
 		if err != nil || !strings.HasSuffix(n.Name(), ".json") {
@@ -174,19 +211,60 @@ func (b *Backend) load() error {
 		}
 		e := &entry{}
 		if err := json.Unmarshal(raw, e); err != nil || e.Seq != seq || backend.ValidateKey(e.Key) != nil {
+			if seq > w {
+				drop(seq, "has a torn record")
+				continue
+			}
 			return fmt.Errorf("outbox %s: queue record %s is corrupt (%v); move the outbox away to start afresh (its writes are then lost)", b.dir, n.Name(), err)
+		}
+		size, check, err := int64(-1), "", error(nil)
+		if seq > w && e.Check != "" {
+			size, check, err = fileCheck(b.dataPath(seq))
+		} else {
+			var fi os.FileInfo
+			if fi, err = os.Stat(b.dataPath(seq)); err == nil {
+				size, check = fi.Size(), e.Check
+			}
+		}
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			os.Remove(filepath.Join(b.dir, "q", n.Name()))
+			continue
+		case err != nil:
+			return fmt.Errorf("outbox %s: the data of queued write %s (%d): %w", b.dir, e.Key, seq, err)
+		case size != e.Size || check != e.Check:
+			if seq > w {
+				drop(seq, "has torn data")
+				continue
+			}
+			return fmt.Errorf("outbox %s: the data of queued write %s (%d) is short (%d bytes of %d); move the outbox away to start afresh (its writes are then lost)", b.dir, e.Key, seq, size, e.Size)
 		}
 		if e.Ref {
 			if e.data, err = os.ReadFile(b.dataPath(seq)); err != nil {
 				return fmt.Errorf("outbox %s: the value of queued ref move %d: %w", b.dir, seq, err)
 			}
-		} else if fi, err := os.Stat(b.dataPath(seq)); err != nil || fi.Size() != e.Size {
-			return fmt.Errorf("outbox %s: the data of queued object %s (%d) is missing or short (%v); move the outbox away to start afresh (its writes are then lost)", b.dir, e.Key, seq, err)
 		}
+		e.synced = seq <= w || e.Check == ""
 		have[strconv.FormatUint(seq, 10)] = true
 		b.queue = append(b.queue, e)
 		b.next = max(b.next, seq+1)
 	}
+	if cut != 0 {
+		b.queue = slices.DeleteFunc(b.queue, func(e *entry) bool {
+			if e.Seq < cut {
+				return false
+			}
+			os.Remove(b.recordPath(e.Seq))
+			delete(have, strconv.FormatUint(e.Seq, 10))
+			return true
+		})
+		for _, n := range names {
+			if seq, err := strconv.ParseUint(strings.TrimSuffix(n.Name(), ".json"), 10, 64); err == nil && seq >= cut {
+				os.Remove(filepath.Join(b.dir, "q", n.Name()))
+			}
+		}
+	}
+	b.next = max(b.next, w+1)
 	sort.Slice(b.queue, func(i, j int) bool { return b.queue[i].Seq < b.queue[j].Seq })
 	for _, e := range b.queue {
 		b.index(e)
@@ -197,7 +275,15 @@ func (b *Backend) load() error {
 			os.Remove(filepath.Join(b.dir, "data", d.Name()))
 		}
 	}
-	// Kept objects, oldest first.
+	// Kept objects, oldest first. They are not fsync'd (a cache: the
+	// remote has them), so a crash of the machine may have torn them: after
+	// a reboot they are dropped.
+	if !sameBoot(b.dir) {
+		os.RemoveAll(filepath.Join(b.dir, "kept"))
+		if err := os.MkdirAll(filepath.Join(b.dir, "kept"), 0o700); err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
+	}
 	kept, _ := os.ReadDir(filepath.Join(b.dir, "kept"))
 	type k struct {
 		key  string
@@ -222,6 +308,25 @@ func (b *Backend) load() error {
 	}
 	b.evictKept()
 	return nil
+}
+
+// sameBoot reports whether the machine has not rebooted since the last
+// process that opened the outbox in dir, and records this boot for the
+// next one.
+func sameBoot(dir string) bool {
+	p := filepath.Join(dir, "boot")
+	now, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return false // no boot ID here: assume a reboot
+	}
+	last, err := os.ReadFile(p)
+	if err == nil && bytes.Equal(last, now) {
+		return true
+	}
+	// Not fsync'd: if this write is lost, the next process drops the kept
+	// objects once more, which is safe.
+	os.WriteFile(p, now, 0o600)
+	return false
 }
 
 func (b *Backend) keptPath(key string) string {
@@ -254,8 +359,20 @@ func (b *Backend) dataPath(seq uint64) string {
 	return filepath.Join(b.dir, "data", strconv.FormatUint(seq, 10))
 }
 
-// enqueue makes an entry durable (data, then its record) and queues it.
+// enqueue writes an entry (data, then its record) and queues it. Objects
+// are written without fsync: most are uploaded before anything needs them
+// durable, and Sync makes the rest durable when something does (the
+// store's Flush, a ref move). A ref move is written durably, after a Sync
+// of everything queued before it, so a durable ref never names objects
+// that a crash could lose.
 func (b *Backend) enqueue(e *entry, data io.Reader) error {
+	if e.Ref {
+		if err := b.Sync(); err != nil {
+			return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
+		}
+	}
+	b.syncMu.RLock()
+	defer b.syncMu.RUnlock()
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -265,26 +382,30 @@ func (b *Backend) enqueue(e *entry, data io.Reader) error {
 	b.next++
 	b.mu.Unlock()
 	e.Queued = time.Now().UTC()
-	n, err := writeFileSync(b.dataPath(e.Seq), data)
+	durable := e.Ref
+	n, sum, err := writeFile(b.dataPath(e.Seq), data, durable)
 	if err != nil {
 		return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
 	}
-	e.Size = n
+	e.Size, e.Check = n, checkString(sum)
 	rec, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(b.dir, "q", strconv.FormatUint(e.Seq, 10)+".json")
-	if _, err := writeFileSync(p+".tmp", bytes.NewReader(rec)); err != nil {
+	p := b.recordPath(e.Seq)
+	if _, _, err := writeFile(p+".tmp", bytes.NewReader(rec), durable); err != nil {
 		os.Remove(b.dataPath(e.Seq))
 		return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
 	}
 	if err := os.Rename(p+".tmp", p); err != nil {
 		return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
 	}
-	if err := syncDir(filepath.Join(b.dir, "q")); err != nil {
-		return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
+	if durable {
+		if err := b.syncDirs(); err != nil {
+			return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
+		}
 	}
+	e.synced = durable
 	b.mu.Lock()
 	// The queue is in sequence order, and a later entry may have been
 	// written first. (An entry that depends on another, a ref move on the
@@ -298,13 +419,115 @@ func (b *Backend) enqueue(e *entry, data io.Reader) error {
 	return nil
 }
 
-func writeFileSync(p string, r io.Reader) (int64, error) {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+func (b *Backend) recordPath(seq uint64) string {
+	return filepath.Join(b.dir, "q", strconv.FormatUint(seq, 10)+".json")
+}
+
+// Sync makes every entry queued before it was called durable on local
+// disk: their data and records fsync'd, then the watermark that tells a
+// restart which entries it may trust without reading them. Entries
+// uploaded meanwhile need nothing. chunkstore.Store.Flush calls it, so a
+// flushed store survives a crash of the machine as before; what a crash
+// catches between a Put and the next Sync is checked at the next Open
+// (see load).
+func (b *Backend) Sync() error {
+	b.syncMu.Lock() // waits for enqueues in progress: all below b.next are whole
+	defer b.syncMu.Unlock()
+	b.mu.Lock()
+	target := b.next - 1
+	if target <= b.synced {
+		b.mu.Unlock()
+		return nil
+	}
+	var paths []string
+	for _, e := range b.queue {
+		if !e.synced {
+			paths = append(paths, b.dataPath(e.Seq), b.recordPath(e.Seq))
+		}
+	}
+	b.mu.Unlock()
+	for _, p := range paths {
+		// Gone: uploaded meanwhile (and so no longer needed here).
+		if err := syncFile(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("outbox: sync: %w", err)
+		}
+	}
+	if err := b.syncDirs(); err != nil {
+		return fmt.Errorf("outbox: sync: %w", err)
+	}
+	if err := writeWatermark(b.dir, target); err != nil {
+		return fmt.Errorf("outbox: sync: %w", err)
+	}
+	b.mu.Lock()
+	for _, e := range b.queue {
+		if e.Seq <= target {
+			e.synced = true
+		}
+	}
+	b.synced = max(b.synced, target)
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *Backend) syncDirs() error {
+	for _, d := range []string{"data", "q"} {
+		if err := syncDir(filepath.Join(b.dir, d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The watermark file: every entry up to the sequence number it holds was
+// fsync'd (its absence: none, or an outbox of an older version, whose
+// entries carry no checksum and were all fsync'd).
+const watermarkName = "synced"
+
+func readWatermark(dir string) (uint64, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, watermarkName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(f, r)
-	if err == nil {
+	n, err := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the watermark %s is corrupt (%q); move the outbox away to start afresh (its writes are then lost)", filepath.Join(dir, watermarkName), raw)
+	}
+	return n, nil
+}
+
+func writeWatermark(dir string, seq uint64) error {
+	p := filepath.Join(dir, watermarkName)
+	if _, _, err := writeFile(p+".tmp", strings.NewReader(strconv.FormatUint(seq, 10)+"\n"), true); err != nil {
+		return err
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func checkString(sum uint32) string { return fmt.Sprintf("crc32c:%08x", sum) }
+
+// copyBufs are writeFile's copy buffers: a pack is written in 1 MiB writes.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
+// writeFile writes r to a new file p and returns its size and CRC-32C;
+// durable: fsync'd before it returns.
+func writeFile(p string, r io.Reader, durable bool) (int64, uint32, error) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, 0, err
+	}
+	h := crc32.New(castagnoli)
+	buf := copyBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(f, io.TeeReader(r, h), *buf)
+	copyBufs.Put(buf)
+	if err == nil && durable {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -313,7 +536,33 @@ func writeFileSync(p string, r io.Reader) (int64, error) {
 	if err != nil {
 		os.Remove(p)
 	}
-	return n, err
+	return n, h.Sum32(), err
+}
+
+// fileCheck reads the file p and returns its size and CRC-32C.
+func fileCheck(p string) (int64, string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := crc32.New(castagnoli)
+	buf := copyBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(h, f, *buf)
+	copyBufs.Put(buf)
+	return n, checkString(h.Sum32()), err
+}
+
+func syncFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func syncDir(dir string) error {
@@ -566,6 +815,9 @@ func (b *Backend) Pending() Pending {
 		if !e.done {
 			p.Entries++
 			p.Bytes += e.Size
+			if !e.synced {
+				p.Unsynced++
+			}
 			if p.Oldest.IsZero() {
 				p.Oldest = e.Queued
 			}

@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -273,5 +276,199 @@ func TestOutbox_ConcurrentPuts(t *testing.T) {
 	}
 	if got, _ := read(t, remote, "refs/w"); got != "after all" {
 		t.Errorf("ref = %q", got)
+	}
+}
+
+// downRemote is a remote that takes no writes: everything stays queued.
+func downRemote(t *testing.T) *chunkstoretest.Faulty {
+	remote := chunkstoretest.NewFaulty(chunkstoretest.LocalBackend(t))
+	remote.Fail(chunkstoretest.OpPut, "", -1, backend.ErrUnavailable)
+	return remote
+}
+
+// Objects are written without fsync until Sync; a ref move syncs what was
+// queued before it and is itself durable; a store's Flush syncs.
+func TestOutbox_Sync(t *testing.T) {
+	o := open(t, downRemote(t), t.TempDir())
+	put(t, o, "packs/aa/p1", "pack one", backend.Condition{})
+	put(t, o, "index/i1", "index one", backend.Condition{})
+	if p := o.Pending(); p.Entries != 2 || p.Unsynced != 2 {
+		t.Fatalf("after two Puts: %+v, want 2 unsynced entries", p)
+	}
+	if err := o.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if p := o.Pending(); p.Unsynced != 0 {
+		t.Fatalf("after Sync: %d unsynced", p.Unsynced)
+	}
+	put(t, o, "snapshots/s1", "snap one", backend.Condition{})
+	put(t, o, "refs/w", "ref one", backend.Condition{IfNoneMatch: true})
+	if p := o.Pending(); p.Entries != 4 || p.Unsynced != 0 {
+		t.Fatalf("after a ref move: %+v, want nothing unsynced", p)
+	}
+
+	remote := chunkstoretest.NewFaulty(chunkstoretest.LocalBackend(t))
+	o2 := open(t, remote, t.TempDir())
+	s := chunkstoretest.NewStore(t, o2, chunkstore.InitOptions{}, chunkstore.Options{})
+	remote.Fail(chunkstoretest.OpPut, "", -1, backend.ErrUnavailable)
+	if _, _, err := s.PutBlob(ctx, chunkstore.KindData, []byte("some data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := o2.Pending(); p.Entries == 0 || p.Unsynced != 0 {
+		t.Errorf("after the store's Flush: %+v, want queued and synced", p)
+	}
+}
+
+// crashOutbox queues p1 and p2 durably (Sync), then p3, p4 and p5 without,
+// on a remote that is down, and closes: what a crash of the process
+// leaves. It returns the outbox's directory.
+func crashOutbox(t *testing.T, remote backend.Backend) string {
+	t.Helper()
+	dir := t.TempDir()
+	o, err := outbox.Open(remote, dir, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, o, "packs/aa/p1", "pack one", backend.Condition{})
+	put(t, o, "packs/aa/p2", "pack two", backend.Condition{})
+	if err := o.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	put(t, o, "packs/aa/p3", "pack three", backend.Condition{})
+	put(t, o, "packs/aa/p4", "pack four", backend.Condition{})
+	put(t, o, "index/i5", "index five", backend.Condition{})
+	o.Close()
+	return dir
+}
+
+// After a crash of the machine, writes queued since the last Sync may be
+// torn: the first torn one is dropped with every later one (none was
+// acknowledged as durable); what was synced, and whole writes before the
+// torn one, stay and upload.
+func TestOutbox_CrashTornUnsynced(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tear func(dir string)
+		keep []string // queued writes left after the restart
+	}{
+		{"data short", func(dir string) { os.Truncate(filepath.Join(dir, "data", "3"), 4) }, []string{"packs/aa/p1", "packs/aa/p2"}},
+		{"data zeroed", func(dir string) { os.WriteFile(filepath.Join(dir, "data", "4"), make([]byte, len("pack four")), 0o600) },
+			[]string{"packs/aa/p1", "packs/aa/p2", "packs/aa/p3"}},
+		{"record torn", func(dir string) { os.WriteFile(filepath.Join(dir, "q", "4.json"), nil, 0o600) },
+			[]string{"packs/aa/p1", "packs/aa/p2", "packs/aa/p3"}},
+		{"whole", func(string) {}, []string{"packs/aa/p1", "packs/aa/p2", "packs/aa/p3", "packs/aa/p4", "index/i5"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			remote := downRemote(t)
+			dir := crashOutbox(t, remote)
+			tc.tear(dir)
+			var logged []string
+			opts := fast
+			opts.Logf = func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }
+			o, err := outbox.Open(remote, dir, opts)
+			if err != nil {
+				t.Fatalf("Open after the crash: %v", err)
+			}
+			t.Cleanup(func() { o.Close() })
+			if p := o.Pending(); p.Entries != len(tc.keep) || p.Unsynced != 0 {
+				t.Errorf("pending after the restart: %+v, want %d entries, all synced", p, len(tc.keep))
+			}
+			if (len(tc.keep) < 5) != (len(logged) > 0) {
+				t.Errorf("log %q: want a line exactly when writes were dropped", logged)
+			}
+			remote.Heal()
+			waitFor(t, o)
+			want := map[string]string{"packs/aa/p1": "pack one", "packs/aa/p2": "pack two", "packs/aa/p3": "pack three", "packs/aa/p4": "pack four", "index/i5": "index five"}
+			for key, data := range want {
+				got, err := read(t, remote, key)
+				switch {
+				case slices.Contains(tc.keep, key) && (err != nil || got != data):
+					t.Errorf("remote %s = %q, %v; want %q", key, got, err, data)
+				case !slices.Contains(tc.keep, key) && !errors.Is(err, backend.ErrNotFound):
+					t.Errorf("remote %s = %q, %v; want it dropped, never uploaded torn", key, got, err)
+				}
+			}
+			// New writes get new sequence numbers, above the watermark.
+			put(t, o, "packs/aa/p6", "pack six", backend.Condition{})
+			waitFor(t, o)
+			if got, err := read(t, remote, "packs/aa/p6"); err != nil || got != "pack six" {
+				t.Errorf("a write after the restart: %q, %v", got, err)
+			}
+		})
+	}
+}
+
+// A synced write that is damaged is not silently dropped: Open fails and
+// says what to do. A record whose data is gone was uploaded (its removal
+// did not reach the disk): dropped quietly.
+func TestOutbox_CrashSynced(t *testing.T) {
+	remote := downRemote(t)
+	dir := crashOutbox(t, remote)
+	os.Truncate(filepath.Join(dir, "data", "1"), 2)
+	if _, err := outbox.Open(remote, dir, fast); err == nil || !strings.Contains(err.Error(), "move the outbox away") {
+		t.Fatalf("Open with a damaged synced write: %v, want an error that says what to do", err)
+	}
+
+	dir = crashOutbox(t, remote)
+	os.Remove(filepath.Join(dir, "data", "2"))
+	o := open(t, remote, dir)
+	if p := o.Pending(); p.Entries != 4 {
+		t.Errorf("pending: %+v, want the 4 writes whose data is there", p)
+	}
+}
+
+// Uploaded objects kept on local disk are not fsync'd: after a reboot
+// they are dropped (the remote has them), within one boot they serve
+// reads.
+func TestOutbox_KeptAfterReboot(t *testing.T) {
+	remote := chunkstoretest.NewFaulty(chunkstoretest.LocalBackend(t))
+	dir := t.TempDir()
+	o, err := outbox.Open(remote, dir, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, o, "packs/aa/p1", "pack one", backend.Condition{})
+	waitFor(t, o)
+	o.Close()
+	remote.Fail(chunkstoretest.OpGet, "", -1, backend.ErrUnavailable)
+	o = open(t, remote, dir)
+	if got, err := read(t, o, "packs/aa/p1"); err != nil || got != "pack one" {
+		t.Fatalf("a kept object in the same boot: %q, %v", got, err)
+	}
+	o.Close()
+	os.WriteFile(filepath.Join(dir, "boot"), []byte("another boot\n"), 0o600)
+	o = open(t, remote, dir)
+	if got, err := read(t, o, "packs/aa/p1"); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("a kept object after a reboot reads %q, %v; want it dropped (read from the remote)", got, err)
+	}
+}
+
+// Sequence numbers never go back below the watermark, even once every
+// write is uploaded: a new unsynced write must never pass for a synced one.
+func TestOutbox_SeqAboveWatermark(t *testing.T) {
+	remote := chunkstoretest.NewFaulty(chunkstoretest.LocalBackend(t))
+	dir := crashOutbox(t, remote) // 1-5 queued, synced up to 2
+	o := open(t, remote, dir)     // syncs 3-5
+	waitFor(t, o)
+	o.Close()
+	o = open(t, remote, dir) // an empty queue
+	remote.Fail(chunkstoretest.OpPut, "", -1, backend.ErrUnavailable)
+	put(t, o, "packs/aa/p6", "pack six", backend.Condition{})
+	o.Close()
+	recs, _ := filepath.Glob(filepath.Join(dir, "q", "*.json"))
+	if len(recs) != 1 {
+		t.Fatalf("queue records %v, want one", recs)
+	}
+	os.Truncate(filepath.Join(dir, "data", strings.TrimSuffix(filepath.Base(recs[0]), ".json")), 1)
+	o, err := outbox.Open(remote, dir, fast)
+	if err != nil {
+		t.Fatalf("Open after a torn unsynced write: %v (taken for a synced one?)", err)
+	}
+	defer o.Close()
+	if p := o.Pending(); p.Entries != 0 {
+		t.Errorf("pending %+v, want the torn write dropped", p)
 	}
 }
