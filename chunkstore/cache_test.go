@@ -677,3 +677,33 @@ func TestCache_LocalBackend(t *testing.T) {
 	}
 	readTree(t, s2, tt)
 }
+
+// The trees a store writes go to its blob cache as they are written: the
+// next snapshot starts from them, and reads them with no GET, even with the
+// remote down. File data does not (the journal has it).
+func TestCache_WrittenTreesCached(t *testing.T) {
+	f, _ := remoteBackend(t)
+	cache := t.TempDir()
+	opts := chunkstore.Options{CacheDir: cache}
+	s := chunkstoretest.NewStore(t, f, chunkstore.InitOptions{}, opts)
+	tt := writeTree(t, s, 4, 3, func(i int) int { return 100 + i })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := reopen(t, f, opts)
+	f.Fail(chunkstoretest.OpGet, "packs/", -1, errors.New("the remote is down"))
+	for _, id := range tt.trees {
+		if _, err := s2.Tree(ctx, id); err != nil {
+			t.Fatalf("tree %s written here, read with the remote down: %v", id.Short(), err)
+		}
+	}
+	for path, fc := range tt.fcs {
+		if len(fc.Chunks) == 0 {
+			continue
+		}
+		if _, err := s2.Blob(ctx, fc.Chunks[0].ID); err == nil {
+			t.Errorf("file data of %s was cached at write: the cache would hold a second copy of the journal's", path)
+		}
+		break
+	}
+}

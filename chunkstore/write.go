@@ -80,7 +80,15 @@ func (s *Store) putBlobID(ctx context.Context, kind BlobKind, id ID, data []byte
 		p.buf = append(p.buf[:off], data...)
 	}
 	e := packEntry{ID: id, Kind: kind, Comp: comp, Offset: uint32(off), Stored: uint32(len(p.buf) - off), Raw: uint32(len(data))}
-	return s.releasePack(p, &e), nil
+	added := s.releasePack(p, &e)
+	if added && kind != KindData && s.rd.cache != nil {
+		// Trees and lists this process writes are what it reads next (the
+		// next snapshot starts from them): keep them local, so that reading
+		// them needs no remote, even while it is down. File data stays in
+		// the journal's staging files.
+		s.rd.cache.put(id, data)
+	}
+	return added, nil
 }
 
 // compressBound is the most bytes a blob of n bytes can take in a pack:

@@ -3,24 +3,28 @@
 // a restart of the daemon, without weakening what a ref means.
 //
 // Packs, index files and snapshot records (immutable, content-addressed)
-// are written to a local directory (data, then a queue record renamed into
-// place) and queued; Put returns then, and uploading starts at once. They
-// are not fsync'd there: Sync does that, for whatever is still queued,
-// when something needs them durable (chunkstore.Store.Flush and
-// PutSnapshot call it; a ref move does it first). So on a healthy remote
-// most objects are uploaded, and their local copies deleted, before
-// anything waits for the disk: the local copy costs no disk write of its
-// own (it more than halved the upload rate on a disk-bound machine). A
-// restart trusts the entries up to Sync's watermark; later ones, which a
-// crash of the machine may have torn, are checked against their CRC-32C
-// and the first torn one is dropped with everything after it: none of
-// them had been acknowledged as durable. Uploaded objects kept locally
-// (Options.Keep) are a cache, dropped after a reboot. Reads of queued
-// objects (Get, Stat, List) are served from the local copy, so the
-// process that wrote them sees them at once. A ref move (a conditional Put
-// of refs/WORKSPACE) is checked against the ref as this process sees it
-// (the latest queued move, else the remote's) and queued too, with the
-// value it replaces. Everything else (the store's config, leases) is
+// are queued and Put returns; uploading starts at once. A queued object is
+// held in memory (up to Options.Memory) and written to local disk only
+// when it must be durable and is still queued: Sync writes and fsyncs
+// what is left (chunkstore.Store.Flush and PutSnapshot call it; a ref move
+// does it first; Close does it). Beyond the memory limit (a slow or dead
+// remote), objects are written to disk at once (data, then a queue record
+// renamed into place), unsynced until Sync. So on a healthy remote most
+// objects never touch the local disk: a snapshot's data is read from the
+// journal, packed and uploaded, and only its tail (what is still in
+// flight when the snapshot must be durable) is written here. (Writing and
+// fsyncing every pack first more than halved the upload rate on a
+// disk-bound machine.) A restart trusts the entries up to Sync's
+// watermark; later ones, which a crash of the machine may have torn, are
+// checked against their CRC-32C and the first torn one is dropped with
+// everything after it: none of them had been acknowledged as durable, and
+// the journal makes them again. Uploaded objects that were on disk are
+// kept there (Options.Keep) as a cache, dropped after a reboot. Reads of
+// queued objects (Get, Stat, List) are served from memory or the local
+// copy, so the process that wrote them sees them at once. A ref move (a
+// conditional Put of refs/WORKSPACE) is checked against the ref as this
+// process sees it (the latest queued move, else the remote's) and queued
+// too, with the value it replaces, and written to disk durably. Everything else (the store's config, leases) is
 // written through to the remote at once.
 //
 // One goroutine uploads the queue in order, several objects at a time,

@@ -39,6 +39,11 @@ type Options struct {
 	// wrote (the trees the next snapshot starts from) reads without the
 	// remote, even while it is down. Default: 1 GiB; negative: none.
 	Keep int64
+	// Memory is how many bytes of queued objects may be held in memory
+	// only, not yet written to local disk (see the package doc): beyond
+	// it, a Put writes its object to disk. Default: 256 MiB; negative:
+	// none (every object is written to disk at once).
+	Memory int64
 }
 
 // Backend is a write-back backend over a remote one (see the package doc).
@@ -68,6 +73,7 @@ type Backend struct {
 	keptList []string            // their keys, oldest first
 	keptSize int64
 	synced   uint64 // the watermark: every entry up to it is fsync'd (see Sync)
+	memBytes int64  // bytes of queued objects held in memory only
 	closed   bool
 	wg       sync.WaitGroup
 	ctx      context.Context
@@ -90,9 +96,11 @@ type entry struct {
 	// of older versions (every entry fsync'd) have none.
 	Check string `json:"check,omitempty"`
 
-	data    []byte // refs only: the new value (objects are read from their file)
-	synced  bool   // data and record fsync'd
-	started bool   // being uploaded
+	data    []byte  // refs only: the new value (objects are read from mem or their file)
+	mem     *[]byte // an object held in memory only (nil: on disk)
+	memUse  int     // readers of mem (an upload, a Get, Sync): it is recycled when none is left
+	synced  bool    // data and record fsync'd
+	started bool    // being uploaded
 	done    bool
 }
 
@@ -150,6 +158,9 @@ func Open(remote backend.Backend, dir string, opts Options) (*Backend, error) {
 	}
 	if opts.Keep == 0 {
 		opts.Keep = 1 << 30
+	}
+	if opts.Memory == 0 {
+		opts.Memory = 256 << 20
 	}
 	for _, d := range []string{dir, filepath.Join(dir, "q"), filepath.Join(dir, "data"), filepath.Join(dir, "kept")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -382,6 +393,13 @@ func (b *Backend) enqueue(e *entry, data io.Reader) error {
 	b.next++
 	b.mu.Unlock()
 	e.Queued = time.Now().UTC()
+	if !e.Ref {
+		if mem, ok := b.takeMemory(data); ok {
+			e.mem, e.Size = mem, int64(len(*mem))
+			b.insert(e)
+			return nil
+		}
+	}
 	durable := e.Ref
 	n, sum, err := writeFile(b.dataPath(e.Seq), data, durable)
 	if err != nil {
@@ -406,6 +424,12 @@ func (b *Backend) enqueue(e *entry, data io.Reader) error {
 		}
 	}
 	e.synced = durable
+	b.insert(e)
+	return nil
+}
+
+// insert queues an entry that is whole (in memory or on disk).
+func (b *Backend) insert(e *entry) {
 	b.mu.Lock()
 	// The queue is in sequence order, and a later entry may have been
 	// written first. (An entry that depends on another, a ref move on the
@@ -416,7 +440,85 @@ func (b *Backend) enqueue(e *entry, data io.Reader) error {
 	b.index(e)
 	b.cond.Broadcast()
 	b.mu.Unlock()
-	return nil
+}
+
+// takeMemory copies an object into a memory buffer if it fits within
+// Options.Memory, and reports whether it did; a body whose size cannot be
+// learnt (it does not seek) goes to disk.
+func (b *Backend) takeMemory(data io.Reader) (*[]byte, bool) {
+	sk, ok := data.(io.Seeker)
+	if !ok || b.opts.Memory < 0 {
+		return nil, false
+	}
+	cur, err := sk.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return nil, false
+	}
+	end, err := sk.Seek(0, io.SeekEnd)
+	if err != nil {
+		return nil, false
+	}
+	if _, err := sk.Seek(cur, io.SeekStart); err != nil {
+		return nil, false
+	}
+	n := end - cur
+	b.mu.Lock()
+	if b.memBytes+n > b.opts.Memory {
+		b.mu.Unlock()
+		return nil, false
+	}
+	b.memBytes += n
+	b.mu.Unlock()
+	buf := getBuf(int(n))
+	if _, err := io.ReadFull(data, *buf); err != nil {
+		putBuf(buf)
+		b.mu.Lock()
+		b.memBytes -= n
+		b.mu.Unlock()
+		sk.Seek(cur, io.SeekStart) // the disk path reads it again
+		return nil, false
+	}
+	return buf, true
+}
+
+// memBufs recycles the buffers of objects held in memory (packs are all
+// about the same size): fresh memory costs a page fault per page touched.
+var memBufs sync.Pool
+
+func getBuf(n int) *[]byte {
+	if b, ok := memBufs.Get().(*[]byte); ok && cap(*b) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+func putBuf(b *[]byte) { memBufs.Put(b) }
+
+// useMem returns e's memory buffer, if it has one, counted as in use until
+// doneMem. b.mu is held.
+func (b *Backend) useMem(e *entry) *[]byte {
+	if e.mem != nil {
+		e.memUse++
+	}
+	return e.mem
+}
+
+// doneMem ends a use of e's memory buffer, and frees it once it has no
+// user and is no longer needed: the object is uploaded or on disk. b.mu is
+// held.
+func (b *Backend) doneMem(e *entry) {
+	e.memUse--
+	b.freeMem(e)
+}
+
+func (b *Backend) freeMem(e *entry) {
+	if e.mem != nil && e.memUse == 0 && (e.done || e.synced) {
+		b.memBytes -= int64(len(*e.mem))
+		putBuf(e.mem)
+		e.mem = nil
+	}
 }
 
 func (b *Backend) recordPath(seq uint64) string {
@@ -439,33 +541,92 @@ func (b *Backend) Sync() error {
 		b.mu.Unlock()
 		return nil
 	}
-	var paths []string
+	type job struct {
+		e   *entry
+		mem *[]byte // write it from here; nil: on disk, fsync it
+	}
+	var jobs []job
 	for _, e := range b.queue {
 		if !e.synced {
-			paths = append(paths, b.dataPath(e.Seq), b.recordPath(e.Seq))
+			jobs = append(jobs, job{e, b.useMem(e)})
 		}
 	}
 	b.mu.Unlock()
-	for _, p := range paths {
-		// Gone: uploaded meanwhile (and so no longer needed here).
-		if err := syncFile(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("outbox: sync: %w", err)
+	var err error
+	for _, j := range jobs {
+		if err == nil {
+			err = b.syncEntry(j.e, j.mem)
+		}
+		if j.mem != nil {
+			b.mu.Lock()
+			b.doneMem(j.e)
+			b.mu.Unlock()
 		}
 	}
-	if err := b.syncDirs(); err != nil {
-		return fmt.Errorf("outbox: sync: %w", err)
+	if err == nil {
+		err = b.syncDirs()
 	}
-	if err := writeWatermark(b.dir, target); err != nil {
+	if err == nil {
+		err = writeWatermark(b.dir, target)
+	}
+	if err != nil {
 		return fmt.Errorf("outbox: sync: %w", err)
 	}
 	b.mu.Lock()
 	for _, e := range b.queue {
 		if e.Seq <= target {
 			e.synced = true
+			b.freeMem(e)
 		}
 	}
 	b.synced = max(b.synced, target)
 	b.mu.Unlock()
+	return nil
+}
+
+// syncEntry makes one queued entry durable: an object held in memory is
+// written to disk (data, then its record), one on disk is fsync'd. An
+// entry uploaded meanwhile needs nothing.
+func (b *Backend) syncEntry(e *entry, mem *[]byte) error {
+	if mem == nil {
+		for _, p := range []string{b.dataPath(e.Seq), b.recordPath(e.Seq)} {
+			// Gone: uploaded meanwhile (and so no longer needed here).
+			if err := syncFile(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		return nil
+	}
+	b.mu.Lock()
+	done, rec := e.done, *e
+	b.mu.Unlock()
+	if done {
+		return nil
+	}
+	_, sum, err := writeFile(b.dataPath(e.Seq), bytes.NewReader(*mem), true)
+	if err != nil {
+		return err
+	}
+	rec.Check = checkString(sum)
+	raw, err := json.Marshal(&rec)
+	if err != nil {
+		return err
+	}
+	p := b.recordPath(e.Seq)
+	if _, _, err := writeFile(p+".tmp", bytes.NewReader(raw), true); err != nil {
+		return err
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e.Check = rec.Check
+	if e.done {
+		// Uploaded while it was written: finish found no file to remove.
+		os.Remove(p)
+		os.Remove(b.dataPath(e.Seq))
+	}
 	return nil
 }
 
@@ -635,12 +796,41 @@ func (b *Backend) Get(ctx context.Context, key string, offset, length int64) (io
 	if e == nil {
 		return b.remote.Get(ctx, key, offset, length)
 	}
+	b.mu.Lock()
+	mem := b.useMem(e)
+	b.mu.Unlock()
+	if mem != nil {
+		release := func() {
+			b.mu.Lock()
+			b.doneMem(e)
+			b.mu.Unlock()
+		}
+		rc, err := section(key, *mem, offset, length)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		return &memReader{ReadCloser: rc, release: release}, nil
+	}
 	f, err := os.Open(b.dataPath(e.Seq))
 	if err != nil {
 		// Uploaded and removed meanwhile: the remote has it.
 		return b.remote.Get(ctx, key, offset, length)
 	}
 	return sectionFile(f, key, e.Size, offset, length)
+}
+
+// memReader reads an object held in memory, which stays allocated until
+// the reader is closed.
+type memReader struct {
+	io.ReadCloser
+	release func()
+	once    sync.Once
+}
+
+func (r *memReader) Close() error {
+	r.once.Do(r.release)
+	return nil
 }
 
 // sectionFile reads length bytes at offset of a local copy of key.
@@ -794,16 +984,24 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 // Properties implements backend.Backend: the remote's.
 func (b *Backend) Properties() backend.Properties { return b.remote.Properties() }
 
-// Close stops uploading; what is queued stays in the outbox for the next
-// Open. It does not close the remote backend.
+// Close stops uploading; what is queued stays in the outbox (written to
+// disk) for the next Open. It does not close the remote backend.
 func (b *Backend) Close() error {
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
 	b.closed = true
+	b.mu.Unlock()
+	// Objects held in memory go to disk, so that the next Open has them.
+	err := b.Sync()
+	b.mu.Lock()
 	b.cond.Broadcast()
 	b.mu.Unlock()
 	b.cancel()
 	b.wg.Wait()
-	return nil
+	return err
 }
 
 // Pending reports what is queued.
@@ -927,6 +1125,7 @@ func (b *Backend) startable() *entry {
 // finish removes an uploaded (or lost) entry. b.mu is held.
 func (b *Backend) finish(e *entry, lost bool) {
 	e.done = true
+	b.freeMem(e)
 	i := slices.Index(b.queue, e)
 	b.queue = slices.Delete(b.queue, i, i+1)
 	if e.Ref {
@@ -980,7 +1179,7 @@ func (b *Backend) retry(what string, op func() error) bool {
 		}
 		if b.failing == nil {
 			b.since = time.Now()
-			b.opts.Logf("outbox: upload of %s failed: %v; retrying with backoff (writes stay queued on local disk)", what, err)
+			b.opts.Logf("outbox: upload of %s failed: %v; retrying with backoff (writes stay queued here)", what, err)
 		}
 		b.failing = err
 		b.mu.Unlock()
@@ -996,6 +1195,16 @@ func (b *Backend) retry(what string, op func() error) bool {
 // upload writes a queued object to the remote.
 func (b *Backend) upload(e *entry) bool {
 	return b.retry(e.Key, func() error {
+		b.mu.Lock()
+		mem := b.useMem(e)
+		b.mu.Unlock()
+		if mem != nil {
+			_, err := b.remote.Put(b.ctx, e.Key, bytes.NewReader(*mem), backend.Condition{})
+			b.mu.Lock()
+			b.doneMem(e)
+			b.mu.Unlock()
+			return err
+		}
 		f, err := os.Open(b.dataPath(e.Seq))
 		if err != nil {
 			return err

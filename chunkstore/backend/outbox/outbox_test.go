@@ -322,13 +322,17 @@ func TestOutbox_Sync(t *testing.T) {
 	}
 }
 
+// onDisk writes every queued object to disk at once (no memory queue), as
+// the outbox does once its memory is full.
+var onDisk = outbox.Options{MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond, Memory: -1}
+
 // crashOutbox queues p1 and p2 durably (Sync), then p3, p4 and p5 without,
-// on a remote that is down, and closes: what a crash of the process
-// leaves. It returns the outbox's directory.
+// on a remote that is down, written to disk, and crashes. It returns the
+// outbox's directory.
 func crashOutbox(t *testing.T, remote backend.Backend) string {
 	t.Helper()
 	dir := t.TempDir()
-	o, err := outbox.Open(remote, dir, fast)
+	o, err := outbox.Open(remote, dir, onDisk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +344,7 @@ func crashOutbox(t *testing.T, remote backend.Backend) string {
 	put(t, o, "packs/aa/p3", "pack three", backend.Condition{})
 	put(t, o, "packs/aa/p4", "pack four", backend.Condition{})
 	put(t, o, "index/i5", "index five", backend.Condition{})
-	o.Close()
+	o.Crash()
 	return dir
 }
 
@@ -367,7 +371,11 @@ func TestOutbox_CrashTornUnsynced(t *testing.T) {
 			tc.tear(dir)
 			var logged []string
 			opts := fast
-			opts.Logf = func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }
+			opts.Logf = func(f string, a ...any) {
+				if l := fmt.Sprintf(f, a...); strings.Contains(l, "dropped") {
+					logged = append(logged, l)
+				}
+			}
 			o, err := outbox.Open(remote, dir, opts)
 			if err != nil {
 				t.Fatalf("Open after the crash: %v", err)
@@ -426,7 +434,7 @@ func TestOutbox_CrashSynced(t *testing.T) {
 func TestOutbox_KeptAfterReboot(t *testing.T) {
 	remote := chunkstoretest.NewFaulty(chunkstoretest.LocalBackend(t))
 	dir := t.TempDir()
-	o, err := outbox.Open(remote, dir, fast)
+	o, err := outbox.Open(remote, dir, onDisk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,21 +462,84 @@ func TestOutbox_SeqAboveWatermark(t *testing.T) {
 	o := open(t, remote, dir)     // syncs 3-5
 	waitFor(t, o)
 	o.Close()
-	o = open(t, remote, dir) // an empty queue
+	o, err := outbox.Open(remote, dir, onDisk) // an empty queue
+	if err != nil {
+		t.Fatal(err)
+	}
 	remote.Fail(chunkstoretest.OpPut, "", -1, backend.ErrUnavailable)
 	put(t, o, "packs/aa/p6", "pack six", backend.Condition{})
-	o.Close()
+	o.Crash()
 	recs, _ := filepath.Glob(filepath.Join(dir, "q", "*.json"))
 	if len(recs) != 1 {
 		t.Fatalf("queue records %v, want one", recs)
 	}
 	os.Truncate(filepath.Join(dir, "data", strings.TrimSuffix(filepath.Base(recs[0]), ".json")), 1)
-	o, err := outbox.Open(remote, dir, fast)
+	o, err = outbox.Open(remote, dir, fast)
 	if err != nil {
 		t.Fatalf("Open after a torn unsynced write: %v (taken for a synced one?)", err)
 	}
 	defer o.Close()
 	if p := o.Pending(); p.Entries != 0 {
 		t.Errorf("pending %+v, want the torn write dropped", p)
+	}
+}
+
+// Objects are held in memory up to Options.Memory (uploaded from there,
+// never written to disk if nothing needs them durable), beyond it written
+// to disk; a crash loses only what was never synced; Sync and Close write
+// what is in memory.
+func TestOutbox_Memory(t *testing.T) {
+	remote := downRemote(t)
+	dir := t.TempDir()
+	opts := fast
+	opts.Memory = 16
+	o, err := outbox.Open(remote, dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, o, "packs/aa/p1", "in memory", backend.Condition{})
+	put(t, o, "packs/aa/p2", "too large for the memory left", backend.Condition{})
+	if files, _ := filepath.Glob(filepath.Join(dir, "data", "*")); len(files) != 1 {
+		t.Errorf("data files %v, want only the object that did not fit in memory", files)
+	}
+	if got, err := read(t, o, "packs/aa/p1"); err != nil || got != "in memory" {
+		t.Errorf("an object in memory reads %q, %v", got, err)
+	}
+	if p := o.Pending(); p.Entries != 2 || p.Unsynced != 2 {
+		t.Errorf("pending %+v, want 2 unsynced", p)
+	}
+	o.Crash()
+	o, err = outbox.Open(remote, dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read(t, o, "packs/aa/p1"); !errors.Is(err, backend.ErrUnavailable) && !errors.Is(err, backend.ErrNotFound) {
+		t.Errorf("an unsynced object in memory survived a crash: %v", err)
+	}
+	if got, err := read(t, o, "packs/aa/p2"); err != nil || got != "too large for the memory left" {
+		t.Errorf("a whole object on disk after a crash: %q, %v", got, err)
+	}
+	put(t, o, "packs/aa/p3", "synced", backend.Condition{})
+	if err := o.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	put(t, o, "packs/aa/p4", "closed", backend.Condition{})
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o2 := open(t, remote, dir)
+	o2.Crash()
+	o = open(t, remote, dir)
+	for key, want := range map[string]string{"packs/aa/p2": "too large for the memory left", "packs/aa/p3": "synced", "packs/aa/p4": "closed"} {
+		if got, err := read(t, o, key); err != nil || got != want {
+			t.Errorf("%s after Sync/Close and a crash: %q, %v", key, got, err)
+		}
+	}
+	remote.Heal()
+	waitFor(t, o)
+	for _, key := range []string{"packs/aa/p2", "packs/aa/p3", "packs/aa/p4"} {
+		if _, err := read(t, remote, key); err != nil {
+			t.Errorf("remote %s: %v", key, err)
+		}
 	}
 }
