@@ -117,6 +117,7 @@ type openPack struct {
 	buf     []byte
 	entries []packEntry
 	id      ID
+	release func() // set when the backend took buf (ownedPutter): the uploader's share of freeing it
 }
 
 // pendingBlob is a blob stored in a pack that is not uploaded yet. stored

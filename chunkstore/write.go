@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairnfs/cairn/chunkstore/backend"
@@ -220,9 +221,14 @@ func (s *Store) uploader() {
 			}
 			s.unindexed = append(s.unindexed, indexPack{ID: p.id, Entries: p.entries})
 			// Pending reads copy out under s.mu, and none of this pack's
-			// blobs is pending now: the buffer is free.
-			putPackBuf(p.buf)
-			p.buf = nil
+			// blobs is pending now: the buffer is free (or the backend's,
+			// which frees it).
+			if p.release != nil {
+				p.release()
+			} else {
+				putPackBuf(p.buf)
+			}
+			p.buf, p.release = nil, nil
 		}
 		s.cond.Broadcast()
 	}
@@ -233,8 +239,25 @@ func (s *Store) uploader() {
 func (s *Store) uploadPack(p *openPack) error {
 	delay := 100 * time.Millisecond
 	var err error
+	op, owns := s.be.(ownedPutter)
 	for attempt := 0; ; attempt++ {
-		_, err = s.be.Put(s.ctx, packKey(p.id), bytes.NewReader(p.buf), backend.Condition{})
+		if owns {
+			// The buffer is recycled once both the backend is done with it
+			// and the uploader has dropped the pending blobs that alias it
+			// (a pending read copies from it until then).
+			buf, refs := p.buf, new(atomic.Int32)
+			refs.Store(2)
+			release := func() {
+				if refs.Add(-1) == 0 {
+					putPackBuf(buf)
+				}
+			}
+			if _, err = op.PutOwned(s.ctx, packKey(p.id), buf, release); err == nil {
+				p.release = release
+			}
+		} else {
+			_, err = s.be.Put(s.ctx, packKey(p.id), bytes.NewReader(p.buf), backend.Condition{})
+		}
 		if err == nil || attempt >= s.opts.UploadRetries || s.ctx.Err() != nil || errors.Is(err, backend.ErrPermission) {
 			break
 		}
@@ -311,6 +334,13 @@ func (s *Store) flush(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ownedPutter is a backend that can take a pack's buffer instead of
+// copying it (the outbox, which queues packs in memory): release is called
+// once the backend is done with it; on an error it is not taken.
+type ownedPutter interface {
+	PutOwned(ctx context.Context, key string, data []byte, release func()) (backend.Info, error)
 }
 
 // syncer is a backend whose writes become durable only when synced: the

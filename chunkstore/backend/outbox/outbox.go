@@ -98,6 +98,7 @@ type entry struct {
 
 	data    []byte  // refs only: the new value (objects are read from mem or their file)
 	mem     *[]byte // an object held in memory only (nil: on disk)
+	free    func()  // gives mem back (to the pool, or to the caller of PutOwned)
 	memUse  int     // readers of mem (an upload, a Get, Sync): it is recycled when none is left
 	synced  bool    // data and record fsync'd
 	started bool    // being uploaded
@@ -377,6 +378,13 @@ func (b *Backend) dataPath(seq uint64) string {
 // of everything queued before it, so a durable ref never names objects
 // that a crash could lose.
 func (b *Backend) enqueue(e *entry, data io.Reader) error {
+	return b.enqueueOwned(e, data, nil, nil)
+}
+
+// enqueueOwned is enqueue; with owned (the bytes data reads), an object
+// held in memory keeps owned itself instead of a copy, and release is
+// called once it is no longer needed (at once if it goes to disk).
+func (b *Backend) enqueueOwned(e *entry, data io.Reader, owned []byte, release func()) error {
 	if e.Ref {
 		if err := b.Sync(); err != nil {
 			return fmt.Errorf("outbox: queue %s: %w", e.Key, err)
@@ -394,10 +402,17 @@ func (b *Backend) enqueue(e *entry, data io.Reader) error {
 	b.mu.Unlock()
 	e.Queued = time.Now().UTC()
 	if !e.Ref {
-		if mem, ok := b.takeMemory(data); ok {
-			e.mem, e.Size = mem, int64(len(*mem))
+		if owned != nil && b.reserveMemory(int64(len(owned))) {
+			e.mem, e.free, e.Size = &owned, release, int64(len(owned))
 			b.insert(e)
 			return nil
+		}
+		if owned == nil {
+			if mem, ok := b.takeMemory(data); ok {
+				e.mem, e.free, e.Size = mem, func() { putBuf(mem) }, int64(len(*mem))
+				b.insert(e)
+				return nil
+			}
 		}
 	}
 	durable := e.Ref
@@ -425,6 +440,9 @@ func (b *Backend) enqueue(e *entry, data io.Reader) error {
 	}
 	e.synced = durable
 	b.insert(e)
+	if owned != nil {
+		release() // written to disk: the bytes are no longer needed
+	}
 	return nil
 }
 
@@ -462,13 +480,9 @@ func (b *Backend) takeMemory(data io.Reader) (*[]byte, bool) {
 		return nil, false
 	}
 	n := end - cur
-	b.mu.Lock()
-	if b.memBytes+n > b.opts.Memory {
-		b.mu.Unlock()
+	if !b.reserveMemory(n) {
 		return nil, false
 	}
-	b.memBytes += n
-	b.mu.Unlock()
 	buf := getBuf(int(n))
 	if _, err := io.ReadFull(data, *buf); err != nil {
 		putBuf(buf)
@@ -479,6 +493,18 @@ func (b *Backend) takeMemory(data io.Reader) (*[]byte, bool) {
 		return nil, false
 	}
 	return buf, true
+}
+
+// reserveMemory counts n more bytes held in memory, if they fit within
+// Options.Memory.
+func (b *Backend) reserveMemory(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.opts.Memory < 0 || b.memBytes+n > b.opts.Memory {
+		return false
+	}
+	b.memBytes += n
+	return true
 }
 
 // memBufs recycles the buffers of objects held in memory (packs are all
@@ -516,8 +542,8 @@ func (b *Backend) doneMem(e *entry) {
 func (b *Backend) freeMem(e *entry) {
 	if e.mem != nil && e.memUse == 0 && (e.done || e.synced) {
 		b.memBytes -= int64(len(*e.mem))
-		putBuf(e.mem)
-		e.mem = nil
+		e.free()
+		e.mem, e.free = nil, nil
 	}
 }
 
@@ -925,6 +951,29 @@ func (b *Backend) Put(ctx context.Context, key string, body io.ReadSeeker, cond 
 		return backend.Info{}, err
 	}
 	return backend.Info{Key: key, Size: int64(len(data)), ETag: contentTag(data), ModTime: e.Queued}, nil
+}
+
+// PutOwned is Put (unconditional) of an object whose bytes the outbox
+// takes instead of copying: it calls release once it no longer needs data
+// (uploaded or written to disk; possibly after PutOwned returns). On an
+// error nothing is taken: release is not called. chunkstore hands its pack
+// buffers over this way, saving a copy of everything it uploads.
+func (b *Backend) PutOwned(ctx context.Context, key string, data []byte, release func()) (backend.Info, error) {
+	if err := backend.ValidateKey(key); err != nil {
+		return backend.Info{}, err
+	}
+	if !writeBack(key) || isRef(key) {
+		info, err := b.Put(ctx, key, bytes.NewReader(data), backend.Condition{})
+		if err == nil {
+			release()
+		}
+		return info, err
+	}
+	e := &entry{Key: key}
+	if err := b.enqueueOwned(e, bytes.NewReader(data), data, release); err != nil {
+		return backend.Info{}, err
+	}
+	return backend.Info{Key: key, Size: e.Size, ETag: "q-" + strconv.FormatUint(e.Seq, 10), ModTime: e.Queued}, nil
 }
 
 // List implements backend.Backend: the remote's objects and the queued

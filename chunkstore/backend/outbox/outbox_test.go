@@ -543,3 +543,50 @@ func TestOutbox_Memory(t *testing.T) {
 		}
 	}
 }
+
+// PutOwned takes the caller's bytes instead of copying them and gives them
+// back once: when uploaded, or at once when they go to disk; never on an
+// error.
+func TestOutbox_PutOwned(t *testing.T) {
+	remote := chunkstoretest.NewFaulty(chunkstoretest.LocalBackend(t))
+	remote.Fail(chunkstoretest.OpPut, "", -1, backend.ErrUnavailable)
+	opts := fast
+	opts.Memory = 16
+	o, err := outbox.Open(remote, t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var released sync.Map
+	putOwned := func(key, data string) {
+		t.Helper()
+		released.Store(key, 0)
+		if _, err := o.PutOwned(ctx, key, []byte(data), func() {
+			n, _ := released.Load(key)
+			released.Store(key, n.(int)+1)
+		}); err != nil {
+			t.Fatalf("PutOwned %s: %v", key, err)
+		}
+	}
+	count := func(key string) int { n, _ := released.Load(key); return n.(int) }
+	putOwned("packs/aa/small", "held")
+	putOwned("packs/aa/large", "larger than the memory left")
+	if count("packs/aa/small") != 0 || count("packs/aa/large") != 1 {
+		t.Errorf("released small %d, large %d times; want 0 (held in memory) and 1 (written to disk)", count("packs/aa/small"), count("packs/aa/large"))
+	}
+	if got, err := read(t, o, "packs/aa/small"); err != nil || got != "held" {
+		t.Errorf("an owned object reads %q, %v", got, err)
+	}
+	remote.Heal()
+	waitFor(t, o)
+	if count("packs/aa/small") != 1 {
+		t.Errorf("released %d times after the upload, want 1", count("packs/aa/small"))
+	}
+	if got, err := read(t, remote, "packs/aa/small"); err != nil || got != "held" {
+		t.Errorf("remote: %q, %v", got, err)
+	}
+	o.Close()
+	called := false
+	if _, err := o.PutOwned(ctx, "packs/aa/late", []byte("x"), func() { called = true }); err == nil || called {
+		t.Errorf("PutOwned on a closed outbox: %v, released %v; want an error and the bytes not taken", err, called)
+	}
+}
