@@ -1,10 +1,8 @@
 package integration
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -64,18 +62,7 @@ func TestRun_EgressRefusedWithoutBPF(t *testing.T) {
 	run := func(args ...string) result {
 		t.Helper()
 		argv := append([]string{cairnBin}, args...)
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), denyBPFEnv + "=" + strings.Join(argv, "\x1f")}, in.env()...)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		r := result{stdout: out.String(), stderr: errb.String()}
-		if ee, ok := err.(*exec.ExitError); ok {
-			r.code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("run %v: %v", argv, err)
-		}
-		return r
+		return runBinary(t, append(in.env(), denyBPFEnv+"="+strings.Join(argv, "\x1f")), os.Args[0])
 	}
 	if r := run("run", "ws", "--no-snapshot", "--", "touch", "/workspace/none"); r.code != 0 {
 		t.Fatalf("--net none with bpf(2) denied: exit %d, want 0 (it needs no BPF)\n%s", r.code, r.stderr)

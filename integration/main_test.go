@@ -50,7 +50,14 @@ type result struct {
 // inherited CAIRN_* or AWS_* variables.
 func cairn(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(cairnBin, args...)
+	return runBinary(t, env, cairnBin, args...)
+}
+
+// runBinary runs bin with args and env (on top of PATH, a fresh HOME and no
+// EC2 metadata lookups) and returns what it printed and its exit status.
+func runBinary(t *testing.T, env []string, bin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "AWS_EC2_METADATA_DISABLED=true"}, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -59,7 +66,7 @@ func cairn(t *testing.T, env []string, args ...string) result {
 	if ee, ok := err.(*exec.ExitError); ok {
 		r.code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("run cairn %v: %v", args, err)
+		t.Fatalf("run %s %v: %v", bin, args, err)
 	}
 	return r
 }
