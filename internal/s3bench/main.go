@@ -40,6 +40,7 @@ var (
 	scratch    = flag.Int64("scratch", 16<<30, "run on a fresh ext4 of this many bytes (loop-mounted under -dir; see internal/scratchfs); 0: on -dir's own filesystem")
 	profile    = flag.String("profile", "", "write a CPU profile of the daemon that reads after warmup (and uploads) to this file")
 	uploadOnly = flag.Bool("upload-only", false, "measure only the upload rate (and the S3 server's ceiling)")
+	coldProf   = flag.String("cold-profile", "", "write a CPU profile of the daemon that mounts on an empty cache to this file, and stop after its cold find")
 )
 
 const (
@@ -155,8 +156,13 @@ func run() error {
 	// Machine B, empty cache.
 	homeB, mnt := filepath.Join(base, "b"), filepath.Join(base, "mnt")
 	os.MkdirAll(mnt, 0o755)
+	if *coldProf != "" {
+		os.Setenv("CAIRN_CPUPROFILE", *coldProf)
+	}
 	start = time.Now()
-	if _, err := cairn(homeB, s3url, "mount", "src", mnt); err != nil {
+	_, err = cairn(homeB, s3url, "mount", "src", mnt)
+	os.Unsetenv("CAIRN_CPUPROFILE")
+	if err != nil {
 		return err
 	}
 	rs.add("cold mount (CLI, wall: daemon start, lease, store open)", dur(time.Since(start)), "<= 200 ms")
@@ -166,6 +172,12 @@ func run() error {
 		return err
 	}
 	rs.add(fmt.Sprintf("cold find | wc -l (%s entries)", strings.TrimSpace(out)), dur(t), "<= 1 s")
+	if *coldProf != "" {
+		if _, err := cairn(homeB, s3url, "unmount", "--no-wait", "src"); err != nil {
+			return err
+		}
+		return rs.print()
+	}
 	t, out, err = timed("git", "-C", mnt, "status", "--porcelain")
 	if err != nil {
 		return err
