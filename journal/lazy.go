@@ -30,32 +30,41 @@ func (j *Journal) load(ctx context.Context, dir *inode) (*inode, *chunkstore.Tre
 		return nil, nil, fmt.Errorf("%w: load directory %d from the store: %v", ErrIO, dir.Ino, err)
 	}
 	subdirs := uint32(0)
-	for start := 0; start < len(tree.Entries); start += loadBatch {
+	for i := range tree.Entries {
+		if tree.Entries[i].Type == chunkstore.TypeDir {
+			subdirs++
+		}
+	}
+	// The directory's own record, marked loaded, is written in the last
+	// batch's transaction: a directory of up to loadBatch entries loads in
+	// one commit (a cold walk of a source tree is mostly such directories).
+	loaded := *dir
+	loaded.Loaded = true
+	if dir.Ino == RootIno {
+		loaded.Nlink = 2 + subdirs // the root has no tree entry to carry it
+	}
+	for start := 0; ; start += loadBatch {
 		batch := tree.Entries[start:min(start+loadBatch, len(tree.Entries))]
+		last := start+loadBatch >= len(tree.Entries)
 		err := j.write(func(txn *badger.Txn) error {
 			for i := range batch {
 				if err := j.loadEntry(txn, dir.Ino, &batch[i]); err != nil {
 					return err
 				}
 			}
+			if last {
+				return j.putInode(txn, &loaded)
+			}
 			return nil
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
 		}
-	}
-	for i := range tree.Entries {
-		if tree.Entries[i].Type == chunkstore.TypeDir {
-			subdirs++
+		if last {
+			break
 		}
 	}
-	dir.Loaded = true
-	if dir.Ino == RootIno {
-		dir.Nlink = 2 + subdirs // the root has no tree entry to carry it
-	}
-	if err := j.write(func(txn *badger.Txn) error { return j.putInode(txn, dir) }); err != nil {
-		return nil, nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
-	}
+	dir.Loaded, dir.Nlink = true, loaded.Nlink
 	return dir, tree, nil
 }
 
