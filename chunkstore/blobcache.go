@@ -204,7 +204,7 @@ func (c *blobCache) put(id ID, data []byte) {
 		return // would evict everything else
 	}
 	c.mu.Lock()
-	skip := c.closed || c.tab.find(c.ents, id) != 0
+	skip := c.closed || c.cachedLocked(id)
 	c.mu.Unlock()
 	if skip {
 		return
@@ -217,7 +217,7 @@ func (c *blobCache) put(id ID, data []byte) {
 	// eviction in between cannot remove the file just put.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || c.tab.find(c.ents, id) != 0 {
+	if c.closed || c.cachedLocked(id) {
 		os.Remove(tmp)
 		return
 	}
@@ -234,6 +234,21 @@ func (c *blobCache) put(id ID, data []byte) {
 	}
 	c.add(id, blocks, uint32(time.Now().Unix()), true)
 	c.evictLocked()
+}
+
+// cachedLocked reports whether id has an entry whose file exists. An entry
+// without its file is dropped: the scan at open may add a file it listed
+// just before a failed read removed it. c.mu is held.
+func (c *blobCache) cachedLocked(id ID) bool {
+	i := c.tab.find(c.ents, id)
+	if i == 0 {
+		return false
+	}
+	if _, err := os.Lstat(c.path(id)); err != nil {
+		c.drop(i)
+		return false
+	}
+	return true
 }
 
 // pin keeps ids out of eviction until as many unpin calls; IDs need not be
