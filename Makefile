@@ -101,11 +101,12 @@ lint: tools
 
 tools: $(BIN)/.versitygw-$(VERSITYGW_VERSION) $(BIN)/.staticcheck-$(STATICCHECK_VERSION) debs
 
-# Programs the integration tests drive through the mount, mkfs.ext4 for the
-# benchmarks' scratch filesystem, and the python3 and perl that sandbox and
-# egress tests run inside the sandbox, on its default PATH (so the system's,
-# not a user's pyenv) (PACKAGE:COMMAND); installed only when missing.
-DEBS := git:git sqlite3:sqlite3 tar:tar diffutils:diff e2fsprogs:mkfs.ext4 python3:/usr/bin/python3 perl:/usr/bin/perl
+# Programs the integration tests drive through the mount, setpriv (tests
+# that drop capabilities), mkfs.ext4 and losetup for the benchmarks' scratch
+# filesystem, and the python3 and perl that sandbox and egress tests run
+# inside the sandbox, on its default PATH (so the system's, not a user's
+# pyenv) (PACKAGE:COMMAND); installed only when missing.
+DEBS := git:git sqlite3:sqlite3 tar:tar diffutils:diff e2fsprogs:mkfs.ext4 python3:/usr/bin/python3 perl:/usr/bin/perl util-linux:setpriv mount:losetup
 debs:
 	@missing=""; for pc in $(DEBS); do command -v $${pc#*:} >/dev/null || missing="$$missing $${pc%%:*}"; done; \
 	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi

@@ -386,9 +386,7 @@ func TestExportImport_BadInput(t *testing.T) {
 
 	// An unreadable file: root reads everything, so run cairn without the
 	// capabilities that let it.
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv (util-linux) is needed to drop CAP_DAC_OVERRIDE")
-	}
+	needTool(t, "setpriv") // util-linux
 	secret := filepath.Join(src, "secret")
 	if err := os.WriteFile(secret, []byte("x"), 0o000); err != nil {
 		t.Fatal(err)
