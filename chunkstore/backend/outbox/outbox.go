@@ -34,10 +34,12 @@ type Options struct {
 	// Logf receives messages for operators: failed uploads (once per
 	// outage), recovery, lost compare-and-swaps. Default: none.
 	Logf func(format string, args ...any)
-	// Keep is how many bytes of uploaded objects stay on local disk to be
-	// read from there (oldest dropped first), so that what this machine
-	// wrote (the trees the next snapshot starts from) reads without the
-	// remote, even while it is down. Default: 1 GiB; negative: none.
+	// Keep is how many bytes of uploaded objects that were written to
+	// local disk (queued during an outage, or still queued at a Sync) stay
+	// there to be read from (oldest dropped first), instead of being
+	// deleted after the upload. Objects uploaded from memory are not kept
+	// (the store caches the trees it writes itself). The kept copies are a
+	// cache, dropped after a reboot. Default: 1 GiB; negative: none.
 	Keep int64
 	// Memory is how many bytes of queued objects may be held in memory
 	// only, not yet written to local disk (see the package doc): beyond
