@@ -166,3 +166,39 @@ func scanFirstParent(js []byte) (ID, error) {
 	}
 	return id, nil
 }
+
+// maxAncestorWalk bounds IsAncestor's walk along first parents.
+const maxAncestorWalk = 100000
+
+// IsAncestor reports whether snapshot a is on the first-parent chain of
+// snapshot b (b itself included). It walks from b towards the root and
+// stops once it passes a's sequence number within a's workspace, so it
+// costs the distance between the two, not the length of the history.
+func (s *Store) IsAncestor(ctx context.Context, a, b ID) (bool, error) {
+	if a == b {
+		return true, nil
+	}
+	target, err := s.Snapshot(ctx, a)
+	if err != nil {
+		return false, err
+	}
+	cur := b
+	for range maxAncestorWalk {
+		snap, err := s.Snapshot(ctx, cur)
+		if err != nil {
+			return false, err
+		}
+		if snap.Workspace == target.Workspace && snap.Seq < target.Seq {
+			return false, nil
+		}
+		p := firstParent(snap)
+		if p.IsZero() {
+			return false, nil
+		}
+		if p == a {
+			return true, nil
+		}
+		cur = p
+	}
+	return false, fmt.Errorf("%w: history of %s is longer than %d snapshots", ErrInvalid, b.Short(), maxAncestorWalk)
+}

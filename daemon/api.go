@@ -50,6 +50,28 @@ type StatusReply struct {
 	CacheBytes   int64        `json:"cache_bytes"`       // local disk used by the store's cache
 	Uploads      *Uploads     `json:"uploads,omitempty"` // a remote store's outbox
 	Lease        *LeaseStatus `json:"lease,omitempty"`
+	// ReadOnly is set once the daemon lost its lease: writes fail with
+	// EROFS and snapshots are refused; ReadOnlyReason says why.
+	ReadOnly       bool   `json:"read_only"`
+	ReadOnlyReason string `json:"read_only_reason,omitempty"`
+	// LostSnapshots are the workspace's snapshots that are in the store but
+	// not on its history (chunkstore.LostSnapshot), with their fork commands.
+	LostSnapshots []LostStatus `json:"lost_snapshots,omitempty"`
+}
+
+// LostStatus is a lost snapshot as status and `cairn workspaces` show it.
+type LostStatus struct {
+	chunkstore.LostSnapshot
+	Fork string `json:"fork"` // the command that keeps it as a workspace
+}
+
+// LostStatusOf lists a workspace's lost snapshots for people.
+func LostStatusOf(lost []chunkstore.LostSnapshot) []LostStatus {
+	var out []LostStatus
+	for _, l := range lost {
+		out = append(out, LostStatus{LostSnapshot: l, Fork: l.ForkCommand()})
+	}
+	return out
 }
 
 // Uploads is what a workspace's outbox holds: snapshots committed here

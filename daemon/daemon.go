@@ -94,8 +94,18 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 	// commit to local disk and upload in the background.
 	storeBe := be
 	var ob *outbox.Backend
+	lostRefs := make(chan outbox.Lost, 64)
 	if !be.Properties().Local {
-		if ob, err = outbox.Open(be, p.Outbox, outbox.Options{Logf: cfg.Logf}); err != nil {
+		// A ref move found lost is recorded in the store, where every
+		// machine lists it with the command that forks it (recordLost).
+		onLost := func(l outbox.Lost) {
+			select {
+			case lostRefs <- l:
+			default:
+				cfg.Logf("cairn: %s lost its compare-and-swap (%s); too many to record", l.Key, lostSnapshot(l.Value))
+			}
+		}
+		if ob, err = outbox.Open(be, p.Outbox, outbox.Options{Logf: cfg.Logf, OnLost: onLost}); err != nil {
 			be.Close()
 			return err
 		}
@@ -109,8 +119,13 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 		be.Close()
 		return fmt.Errorf("open store %s: %w", cfg.Store, err)
 	}
+	recCtx, stopRecording := context.WithCancel(context.Background())
+	recorded := make(chan struct{})
+	go func() { defer close(recorded); recordLost(recCtx, store, lostRefs, cfg.Logf) }()
 	var lease *LeaseKeeper
 	defer func() {
+		stopRecording()
+		<-recorded
 		if cerr := store.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("flush the store: %w", cerr)
 		}
@@ -223,12 +238,65 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 	case <-gone:
 		cfg.Logf("cairn: %s was unmounted", dir)
 	case err := <-lost:
-		// Another machine holds the workspace now: stop serving it, so two
-		// never write it at once. The journal keeps what was not
-		// snapshotted; the ref's compare-and-swap keeps the store sound.
-		cfg.Logf("cairn: the lease of %q was lost (%v); unmounting %s", cfg.Workspace, err, dir)
+		// Another machine holds the workspace now. Two must never write
+		// it at once, and unmounting would let writes land in the bare
+		// directory underneath: the mount stays, read-only. The journal
+		// keeps what was not snapshotted (the next mount here keeps it as
+		// a snapshot of its own, see journal/reconcile.go); the ref's
+		// compare-and-swap keeps the store sound.
+		j.SetReadOnly(err)
+		cfg.Logf("cairn: the lease of %q was lost (%v); %s is read-only now: writes fail with EROFS, snapshots are refused; `cairn unmount %s` when done", cfg.Workspace, err, dir, cfg.Workspace)
+		select {
+		case <-ctx.Done():
+			cfg.Logf("cairn: signalled; unmounting %s", dir)
+		case <-d.stop:
+			cfg.Logf("cairn: unmount requested; unmounting %s", dir)
+		case <-gone:
+			cfg.Logf("cairn: %s was unmounted", dir)
+		}
 	}
 	return nil
+}
+
+// recordLost records in the store each ref move the outbox found lost, so
+// that every machine lists its snapshot (`cairn workspaces`) with the
+// command that forks it, until ctx is done.
+func recordLost(ctx context.Context, store *chunkstore.Store, lost <-chan outbox.Lost, logf func(string, ...any)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case l := <-lost:
+			RecordLostRef(ctx, store, l, logf)
+		}
+	}
+}
+
+// RecordLostRef records in the store the snapshot of a ref move that an
+// outbox found lost (another writer moved the ref first), so that every
+// machine lists it (`cairn workspaces`) with the command that forks it.
+func RecordLostRef(ctx context.Context, store *chunkstore.Store, l outbox.Lost, logf func(string, ...any)) {
+	ws := strings.TrimPrefix(l.Key, "refs/")
+	id, err := chunkstore.ParseID(lostSnapshot(l.Value))
+	if err != nil {
+		logf("cairn: %s lost its compare-and-swap; its value names no snapshot (%v)", l.Key, err)
+		return
+	}
+	rec := chunkstore.LostSnapshot{Workspace: ws, Snapshot: id, Time: l.Time,
+		Reason: "its upload found the workspace's ref moved by another writer"}
+	if snap, err := store.Snapshot(ctx, id); err == nil {
+		rec.Host = snap.Host
+		if len(snap.Parents) > 0 {
+			rec.Parent = snap.Parents[0]
+		}
+	}
+	if head, err := store.Ref(ctx, ws); err == nil {
+		rec.Head = head.Snapshot
+	}
+	logf("cairn: snapshot %s of %q is not on its history: another writer moved the ref first; it is in the store: %s", id.Short(), ws, rec.ForkCommand())
+	if err := store.RecordLost(ctx, rec); err != nil {
+		logf("cairn: recording lost snapshot %s: %v", id.Short(), err)
+	}
 }
 
 type daemon struct {
@@ -341,6 +409,12 @@ func (d *daemon) status(ctx context.Context) (*StatusReply, error) {
 	}
 	ls := d.lease.Status()
 	r.Lease = &ls
+	if ro := d.j.ReadOnly(); ro != nil {
+		r.ReadOnly, r.ReadOnlyReason = true, ro.Error()
+	}
+	if lost, err := d.store.Lost(ctx, d.cfg.Workspace); err == nil {
+		r.LostSnapshots = LostStatusOf(lost)
+	}
 	if !s.Base.IsZero() {
 		r.Head = s.Base.String()
 		if snap, err := d.store.Snapshot(ctx, s.Base); err == nil {

@@ -40,6 +40,7 @@ var errnoTable = []struct {
 	{journal.ErrClosed, syscall.EIO},
 	{journal.ErrBadFD, syscall.EBADF},
 	{journal.ErrNoSeekData, syscall.ENXIO},
+	{journal.ErrReadOnly, syscall.EROFS},
 	{context.Canceled, syscall.EINTR},
 }
 

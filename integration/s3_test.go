@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -292,20 +293,32 @@ func TestS3_LeaseAndTakeover(t *testing.T) {
 	writeFiles(t, bdir, map[string]string{"owner": "b\n"})
 	bSnap := strings.TrimSpace(b.must("snapshot", "--wait", "w"))
 
-	// A reaches S3 again: its lease is lost, it stops serving; its snapshot
-	// is uploaded but B's head stands.
+	// A reaches S3 again: its lease is lost, its mount turns read-only (it
+	// never unmounts into a bare directory); its snapshot is uploaded but
+	// B's head stands, and A's is listed as lost with its fork command.
 	proxy.SetDown(false)
 	deadline = time.Now().Add(90 * time.Second)
-	for arec.alive() { // it drains its outbox on the way out
+	for {
+		if lost := lostSnapshots(t, b, "w"); slices.Contains(lost, aSnap) {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("A's daemon still runs after losing its lease")
+			log, _ := os.ReadFile(filepath.Join(a.home, "workspaces", "w", "daemon.log"))
+			t.Fatalf("A's lost snapshot %s is not listed as lost; A's log:\n%s", aSnap[:12], log)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	if !arec.alive() || !isMounted(adir) {
+		t.Fatal("A's daemon stopped serving after losing its lease; it must stay, read-only")
+	}
+	if err := os.WriteFile(filepath.Join(adir, "owner"), []byte("late"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write to A after losing its lease: %v, want EROFS", err)
+	}
 	log, _ := os.ReadFile(filepath.Join(a.home, "workspaces", "w", "daemon.log"))
-	if !strings.Contains(string(log), "lease") || !strings.Contains(string(log), "fork it") {
+	if !strings.Contains(string(log), "read-only") || !strings.Contains(string(log), "cairn fork "+aSnap[:12]) {
 		t.Errorf("A's log does not report the lost lease and the lost ref move:\n%s", log)
 	}
+	a.must("unmount", "w")
 	if head := decodeJSON[[]struct {
 		ID string `json:"id"`
 	}](t, b.must("log", "--json", "-n", "1", "w")); len(head) != 1 || head[0].ID != bSnap {

@@ -15,7 +15,7 @@ import (
 // truncate by an unprivileged caller does the same; chmod by an unprivileged
 // caller outside the file's group drops setgid.
 func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) (Attr, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lockW(); err != nil {
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()

@@ -94,52 +94,16 @@ func (j *Journal) LiveTree(ctx context.Context) (chunkstore.ID, error) {
 func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, detached bool) (chunkstore.ID, *chunkstore.Snapshot, error) {
 	j.prog.start("snapshot")
 	defer j.prog.done()
-	before := j.store.Stats()
-	c := &committer{j: j, ctx: ctx, files: make(map[Ino]committedFile), counted: make(map[uint64]bool)}
-	var rootTree chunkstore.ID
-	var root *inode
-	var rootXattrs []chunkstore.Xattr
-	err := j.db.View(func(txn *badger.Txn) error {
-		c.txn = txn
-		var err error
-		if root, err = j.getInode(txn, RootIno); err != nil {
-			return err
-		}
-		if rootXattrs, err = j.xattrs(txn, RootIno); err != nil {
-			return err
-		}
-		rootTree, err = c.dir(root, "")
-		return err
-	})
+	snap, c, err := j.buildSnapshot(ctx, opts)
 	if err != nil {
-		return chunkstore.ID{}, nil, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+		return chunkstore.ID{}, nil, err
 	}
-	after := j.store.Stats()
-	c.stats.Files, c.stats.Dirs, c.stats.Symlinks, c.stats.Others = j.m.Files, j.m.Dirs+1, j.m.Symlinks, j.m.Others // Dirs counts the root
-	c.stats.Bytes = j.m.Bytes
-	c.stats.NewBlobs = after.NewBlobs - before.NewBlobs
-	c.stats.NewBytes = after.NewStoredBytes - before.NewStoredBytes
-	now := j.cfg.Clock()
-	snap := &chunkstore.Snapshot{
-		Root: rootTree,
-		RootAttr: chunkstore.RootAttr{Mode: root.Mode, UID: root.UID, GID: root.GID,
-			Atime: root.Atime, Mtime: root.Mtime, Ctime: root.Ctime, Xattrs: rootXattrs},
-		NextIno:      j.m.NextIno,
-		Workspace:    j.cfg.Workspace,
-		Seq:          j.m.Seq + 1,
-		Time:         time.Unix(0, now).UTC(),
-		Message:      opts.Message,
-		Labels:       opts.Labels,
-		Host:         j.cfg.Host,
-		CairnVersion: j.cfg.Version,
-		Provenance:   opts.Provenance,
-		Stats:        c.stats,
-		Changes:      c.changes,
-		Excluded:     opts.Excluded,
-		Egress:       opts.Egress,
-	}
-	if !j.m.Base.IsZero() {
-		snap.Parents = []chunkstore.ID{j.m.Base}
+	// A workspace's ref moves only from the head the new snapshot's parent
+	// is: if the store's head is another snapshot (another machine moved
+	// it since this journal last caught up), this one cannot become the
+	// head. It is kept (see keepDiverged) and the caller is told.
+	if !detached && j.ref != nil && j.ref.Snapshot != j.m.Base {
+		return chunkstore.ID{}, nil, j.keepDiverged(ctx, snap, j.ref.Snapshot)
 	}
 	id, err := j.store.PutSnapshot(ctx, snap)
 	if err != nil {
@@ -156,6 +120,14 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	if err != nil {
 		j.m.Pending = chunkstore.ID{}
 		_ = j.update(func(*badger.Txn) error { return nil })
+		if errors.Is(err, chunkstore.ErrConflict) {
+			// Lost the compare-and-swap: another writer moved the ref.
+			// The snapshot is in the store; keep it on record.
+			if head, herr := j.store.Ref(ctx, j.cfg.Workspace); herr == nil {
+				j.ref = &head
+				return chunkstore.ID{}, nil, j.recordDiverged(ctx, id, head.Snapshot)
+			}
+		}
 		return chunkstore.ID{}, nil, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
 	}
 	j.ref = &ref
@@ -175,6 +147,7 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 		}
 	}
 	j.m.Base, j.m.Seq, j.m.Pending = id, snap.Seq, chunkstore.ID{}
+	j.m.Diverged, j.m.DivergedHead = chunkstore.ID{}, chunkstore.ID{}
 	j.m.Committed, j.m.Gen = j.m.Gen, j.m.Gen+1
 	if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
 		return id, snap, fmt.Errorf("snapshot %s is done, but recording it in the journal failed: %w", id.Short(), err)
@@ -213,6 +186,61 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	return id, snap, nil
 }
 
+// buildSnapshot stores the trees (and the content of dirty files) of the
+// live state and returns the snapshot record that names them, not stored
+// yet, with the committer that built it (its updates are the journal's
+// records to bring up to date once the snapshot is the head).
+func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions) (*chunkstore.Snapshot, *committer, error) {
+	before := j.store.Stats()
+	c := &committer{j: j, ctx: ctx, files: make(map[Ino]committedFile), counted: make(map[uint64]bool)}
+	var rootTree chunkstore.ID
+	var root *inode
+	var rootXattrs []chunkstore.Xattr
+	err := j.db.View(func(txn *badger.Txn) error {
+		c.txn = txn
+		var err error
+		if root, err = j.getInode(txn, RootIno); err != nil {
+			return err
+		}
+		if rootXattrs, err = j.xattrs(txn, RootIno); err != nil {
+			return err
+		}
+		rootTree, err = c.dir(root, "")
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+	}
+	after := j.store.Stats()
+	c.stats.Files, c.stats.Dirs, c.stats.Symlinks, c.stats.Others = j.m.Files, j.m.Dirs+1, j.m.Symlinks, j.m.Others // Dirs counts the root
+	c.stats.Bytes = j.m.Bytes
+	c.stats.NewBlobs = after.NewBlobs - before.NewBlobs
+	c.stats.NewBytes = after.NewStoredBytes - before.NewStoredBytes
+	now := j.cfg.Clock()
+	snap := &chunkstore.Snapshot{
+		Root: rootTree,
+		RootAttr: chunkstore.RootAttr{Mode: root.Mode, UID: root.UID, GID: root.GID,
+			Atime: root.Atime, Mtime: root.Mtime, Ctime: root.Ctime, Xattrs: rootXattrs},
+		NextIno:      j.m.NextIno,
+		Workspace:    j.cfg.Workspace,
+		Seq:          j.m.Seq + 1,
+		Time:         time.Unix(0, now).UTC(),
+		Message:      opts.Message,
+		Labels:       opts.Labels,
+		Host:         j.cfg.Host,
+		CairnVersion: j.cfg.Version,
+		Provenance:   opts.Provenance,
+		Stats:        c.stats,
+		Changes:      c.changes,
+		Excluded:     opts.Excluded,
+		Egress:       opts.Egress,
+	}
+	if !j.m.Base.IsZero() {
+		snap.Parents = []chunkstore.ID{j.m.Base}
+	}
+	return snap, c, nil
+}
+
 // resolvePending finishes or forgets a snapshot that was being committed
 // when the journal stopped. If the ref points at it, it happened: it becomes
 // the base, but the dirty set stays dirty (the journal's records may not all
@@ -221,12 +249,51 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 func (j *Journal) resolvePending() error {
 	pending := j.m.Pending
 	j.m.Pending = chunkstore.ID{}
-	if j.ref != nil && j.ref.Snapshot == pending {
+	if j.m.RollbackPending {
+		return j.resolveRollback(pending)
+	}
+	if j.ref != nil && j.ref.Snapshot != pending && j.ref.Snapshot != j.m.Base {
+		// The head moved on since: if it moved on from this snapshot, the
+		// snapshot happened (and reconcile rebases onto the head).
+		if ok, err := j.store.IsAncestor(context.Background(), pending, j.ref.Snapshot); err == nil && ok {
+			j.m.Base = pending
+		}
+	}
+	if j.ref != nil && (j.ref.Snapshot == pending || j.m.Base == pending) {
 		snap, err := j.store.Snapshot(context.Background(), pending)
 		if err != nil {
 			return fmt.Errorf("finish interrupted snapshot %s: %w", pending.Short(), err)
 		}
 		j.m.Base, j.m.Seq = pending, snap.Seq
+	}
+	return j.update(func(*badger.Txn) error { return nil })
+}
+
+// resolveRollback finishes a rollback to snapshot to whose ref move may
+// not have happened when the journal stopped: the live state is at to
+// already. If the ref is still where the rollback found it, it moves now;
+// if it moved elsewhere meanwhile, the rollback lost, and reconcile
+// rebases the (clean) journal onto the new head.
+func (j *Journal) resolveRollback(to chunkstore.ID) error {
+	from := j.m.RollbackFrom
+	j.m.RollbackPending, j.m.RollbackFrom = false, chunkstore.ID{}
+	ctx := context.Background()
+	if (j.ref == nil && from.IsZero()) || (j.ref != nil && j.ref.Snapshot == from && from != to) {
+		ref, err := j.store.SetRef(ctx, j.cfg.Workspace, to, j.ref)
+		switch {
+		case err == nil:
+			j.ref = &ref
+			if err := j.store.ForgetLost(ctx, j.cfg.Workspace, to); err != nil {
+				j.cfg.Logf("cairn: %v", err)
+			}
+			j.cfg.Logf("cairn: finished the interrupted rollback of %q to %s", j.cfg.Workspace, to.Short())
+		case errors.Is(err, chunkstore.ErrConflict):
+			if head, herr := j.store.Ref(ctx, j.cfg.Workspace); herr == nil {
+				j.ref = &head
+			}
+		default:
+			return fmt.Errorf("finish the interrupted rollback of %q to %s: %w", j.cfg.Workspace, to.Short(), err)
+		}
 	}
 	return j.update(func(*badger.Txn) error { return nil })
 }

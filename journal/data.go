@@ -289,7 +289,7 @@ func (j *Journal) readLocked(ctx context.Context, n *inode, p []byte, off int64)
 // cross FileSizeMax is cut short there; one starting at or past it fails
 // with ErrFileTooBig. A write of nothing changes nothing.
 func (j *Journal) Write(ctx context.Context, c Caller, ino Ino, p []byte, off int64) (int, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lockW(); err != nil {
 		return 0, err
 	}
 	defer j.mu.Unlock()
@@ -351,7 +351,7 @@ func (j *Journal) writeLocked(c Caller, n *inode, p []byte, off int64, now int64
 // as a write does), as Linux does. Space is not reserved: staging files are
 // sparse.
 func (j *Journal) Fallocate(ctx context.Context, c Caller, ino Ino, mode FallocMode, off, length int64) error {
-	if err := j.lock(); err != nil {
+	if err := j.lockW(); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
@@ -444,7 +444,7 @@ func writeZeros(f File, off, n int64) error {
 // at FileSizeMax in out), then overlapping ranges of one file are refused,
 // as Linux does. Copying nothing changes nothing.
 func (j *Journal) CopyFileRange(ctx context.Context, c Caller, in Ino, inOff int64, out Ino, outOff int64, n int64) (int64, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lockW(); err != nil {
 		return 0, err
 	}
 	defer j.mu.Unlock()

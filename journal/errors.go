@@ -28,4 +28,5 @@ var (
 	ErrClosed       = errors.New("journal closed")                   // EIO
 	ErrBadFD        = errors.New("bad file descriptor")              // EBADF (no handle)
 	ErrNoSeekData   = errors.New("no such device or address")        // ENXIO (SEEK_DATA/SEEK_HOLE past the end)
+	ErrReadOnly     = errors.New("read-only file system")            // EROFS (the daemon lost its lease)
 )

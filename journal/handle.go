@@ -55,7 +55,11 @@ type writerState struct {
 // handle. With backing, the caller wants a backing file for passthrough
 // (given when the rules above allow).
 func (j *Journal) Open(ctx context.Context, c Caller, ino Ino, write, backing bool) (*Handle, error) {
-	if err := j.lock(); err != nil {
+	lock := j.lock
+	if write {
+		lock = j.lockW
+	}
+	if err := lock(); err != nil {
 		return nil, err
 	}
 	defer j.mu.Unlock()

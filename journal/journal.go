@@ -27,6 +27,12 @@ type Config struct {
 	// workspace's head, or an empty workspace if it has none. Ignored when
 	// Dir already holds the workspace's journal.
 	From chunkstore.ID
+	// NoReconcile opens the journal as it is even if the workspace's head
+	// in the store moved away from its base: for callers that reset it
+	// (Rollback) or only read it (a diff of the live state). Default: Open
+	// reconciles (reconcile.go): it rebases a journal without changes onto
+	// the head, and refuses one with changes with a *DivergedError.
+	NoReconcile bool
 	// Clock returns the current time in ns since the Unix epoch. Default:
 	// the system clock. Tests inject a deterministic one.
 	Clock func() int64
@@ -67,6 +73,7 @@ type Journal struct {
 	opens      map[Ino]int          // open handles per inode (handle.go)
 	writers    map[Ino]*writerState // inodes open for passthrough writing
 	prog       progress             // of the running snapshot or restore
+	readOnly   error                // non-nil: changes are refused (SetReadOnly)
 }
 
 // meta is the journal's global state, kept under "m" keys.
@@ -79,11 +86,20 @@ type meta struct {
 	Committed uint64        // markers <= Committed are clean (already in Base)
 	NextIno   uint64        // next inode number to allocate (never reused)
 	Pending   chunkstore.ID // a snapshot being committed (zero: none)
-	Bytes     uint64        // total size of regular files (quota)
-	Files     uint64        // regular files
-	Dirs      uint64        // directories, the root excluded
-	Symlinks  uint64        // symbolic links
-	Others    uint64        // FIFOs, sockets, devices
+	// Diverged is the snapshot that keeps this journal's changes since
+	// Base after the workspace's head moved elsewhere to DivergedHead
+	// (zero: none). See reconcile.go.
+	Diverged, DivergedHead chunkstore.ID
+	// RollbackPending says that the live state was reset to Pending by a
+	// rollback whose ref move (from RollbackFrom; zero: no ref) may not
+	// have happened: Open finishes it (resolvePending).
+	RollbackPending bool
+	RollbackFrom    chunkstore.ID
+	Bytes                  uint64 // total size of regular files (quota)
+	Files                  uint64 // regular files
+	Dirs                   uint64 // directories, the root excluded
+	Symlinks               uint64 // symbolic links
+	Others                 uint64 // FIFOs, sockets, devices
 }
 
 // inodes is the number of inodes, the root included (the inode quota).
@@ -221,7 +237,10 @@ func (j *Journal) open(ctx context.Context) error {
 	if err := j.recoverHandles(); err != nil {
 		return err
 	}
-	return j.cleanup()
+	if err := j.cleanup(); err != nil {
+		return err
+	}
+	return j.reconcile(ctx)
 }
 
 // initialize creates the journal's state from its base snapshot.
@@ -339,6 +358,42 @@ func (j *Journal) lock() error {
 		}
 	}
 	return nil
+}
+
+// lockW is lock for an operation that changes the tree: refused with
+// ErrReadOnly once SetReadOnly was called.
+func (j *Journal) lockW() error {
+	if err := j.lock(); err != nil {
+		return err
+	}
+	if j.readOnly != nil {
+		err := j.readOnly
+		j.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// SetReadOnly makes every later operation that would change the tree fail
+// with an error wrapping ErrReadOnly and why (the daemon's lease was taken
+// over by another machine: DESIGN.md, durability contract 5). Reads go on;
+// so do writes through handles opened for writing before (passthrough
+// writes never reach the journal): they stay in the journal, never in the
+// workspace's history unless a later mount keeps them (reconcile.go).
+// Snapshots are the caller's to refuse.
+func (j *Journal) SetReadOnly(why error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.readOnly == nil {
+		j.readOnly = fmt.Errorf("%w: %w", ErrReadOnly, why)
+	}
+}
+
+// ReadOnly returns why the journal is read-only (nil: it is not).
+func (j *Journal) ReadOnly() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.readOnly
 }
 
 // Status returns the journal's state. O(dirty).

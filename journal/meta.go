@@ -10,6 +10,12 @@ import (
 
 const metaVersion = 1
 
+// Flags of the state's optional trailer.
+const (
+	trailerDiverged = 1 << iota // Diverged and DivergedHead follow
+	trailerRollback             // a rollback's ref move is pending; RollbackFrom follows
+)
+
 var metaStateKey = metaKey("state")
 
 func (m *meta) encode() []byte {
@@ -21,6 +27,25 @@ func (m *meta) encode() []byte {
 	b = append(b, m.Pending[:]...)
 	for _, v := range []uint64{m.Seq, m.Gen, m.Committed, m.NextIno, m.Bytes, m.Files, m.Dirs, m.Symlinks, m.Others} {
 		b = binary.AppendUvarint(b, v)
+	}
+	// An optional trailer (absent in journals written before it, and when
+	// it would be empty): a flags byte, then what the flags say is there.
+	var flags byte
+	if !m.Diverged.IsZero() {
+		flags |= trailerDiverged
+	}
+	if m.RollbackPending {
+		flags |= trailerRollback
+	}
+	if flags != 0 {
+		b = append(b, flags)
+		if flags&trailerDiverged != 0 {
+			b = append(b, m.Diverged[:]...)
+			b = append(b, m.DivergedHead[:]...)
+		}
+		if flags&trailerRollback != 0 {
+			b = append(b, m.RollbackFrom[:]...)
+		}
 	}
 	return b
 }
@@ -37,6 +62,18 @@ func decodeMeta(data []byte) (meta, error) {
 	m.Pending = d.id()
 	for _, p := range []*uint64{&m.Seq, &m.Gen, &m.Committed, &m.NextIno, &m.Bytes, &m.Files, &m.Dirs, &m.Symlinks, &m.Others} {
 		*p = d.uv()
+	}
+	if d.err == nil && len(d.b) != 0 {
+		flags := d.u8()
+		if flags&^(trailerDiverged|trailerRollback) != 0 && d.err == nil {
+			d.fail("unknown flags in state")
+		}
+		if flags&trailerDiverged != 0 {
+			m.Diverged, m.DivergedHead = d.id(), d.id()
+		}
+		if flags&trailerRollback != 0 {
+			m.RollbackPending, m.RollbackFrom = true, d.id()
+		}
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("trailing bytes in state")
@@ -103,7 +140,7 @@ func isJournalErr(err error) bool {
 
 var sentinels = []error{ErrNotFound, ErrExists, ErrNotDir, ErrIsDir, ErrNotEmpty, ErrInvalid, ErrNameTooLong,
 	ErrPermission, ErrNoData, ErrRange, ErrTooBig, ErrFileTooBig, ErrNoSpace, ErrTooManyLinks, ErrNotSupported,
-	ErrStale, ErrBusy, ErrIO, ErrNoXattrSpace, ErrClosed, ErrBadFD, ErrNoSeekData}
+	ErrStale, ErrBusy, ErrIO, ErrNoXattrSpace, ErrClosed, ErrBadFD, ErrNoSeekData, ErrReadOnly}
 
 // markDirty records that ino changed since the base snapshot, and that every
 // directory holding it (up to the root) needs a new tree. An inode already

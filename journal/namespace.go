@@ -213,7 +213,7 @@ func (j *Journal) Symlink(ctx context.Context, c Caller, parent Ino, name, targe
 }
 
 func (j *Journal) mknode(ctx context.Context, c Caller, parent Ino, name string, t Type, mode uint32, rdev uint64, target string) (Attr, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lockW(); err != nil {
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()
@@ -312,7 +312,7 @@ func (j *Journal) Readlink(ctx context.Context, ino Ino) (string, error) {
 
 // Link adds the name newName in newParent for the non-directory ino.
 func (j *Journal) Link(ctx context.Context, c Caller, ino Ino, newParent Ino, newName string) (Attr, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lockW(); err != nil {
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()
@@ -386,7 +386,7 @@ func (j *Journal) Rmdir(ctx context.Context, c Caller, parent Ino, name string) 
 }
 
 func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string, isDir bool) error {
-	if err := j.lock(); err != nil {
+	if err := j.lockW(); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()

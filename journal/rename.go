@@ -13,7 +13,7 @@ import (
 // RenameNoReplace, or swaps the two under RenameExchange. A directory cannot
 // move into its own subtree (ErrInvalid).
 func (j *Journal) Rename(ctx context.Context, c Caller, parent Ino, name string, newParent Ino, newName string, flags RenameFlags) error {
-	if err := j.lock(); err != nil {
+	if err := j.lockW(); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()

@@ -44,51 +44,46 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (c
 		return chunkstore.ID{}, fmt.Errorf("rollback of %q: snapshot the current state first: %w", j.cfg.Workspace, err)
 	}
 	saved := j.m
-	oldEpoch := j.m.Epoch
-	j.m.Epoch++
-	j.cache.reset()
-	root, xattrs, err := j.rootOf(to, target)
-	if err != nil {
+	// The reset and the intent to move the ref are one transaction: a
+	// crash before the ref moved leaves a journal that finishes the move
+	// when it opens (resolvePending), not one that looks rebased.
+	j.m.Pending, j.m.RollbackPending, j.m.RollbackFrom = to, true, chunkstore.ID{}
+	if j.ref != nil {
+		j.m.RollbackFrom = j.ref.Snapshot
+	}
+	// Sequence numbers keep growing across rollbacks.
+	if err := j.switchEpoch(to, target, rec.Seq); err != nil {
 		j.m = saved
-		j.cache.reset()
 		return discarded, err
 	}
-	j.m.Seq = rec.Seq // sequence numbers keep growing across rollbacks
-	err = j.update(func(txn *badger.Txn) error {
-		if err := j.putInode(txn, root); err != nil {
-			return err
-		}
-		for _, x := range xattrs {
-			if err := txn.Set(xattrKey(j.m.Epoch, RootIno, x.Name), x.Value); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return discarded, err
+	// A journal that was not on the head (opened without reconciling)
+	// takes the head off the history: it is recorded as lost, so that it
+	// stays listed with its fork command.
+	var offHistory chunkstore.ID
+	if j.ref != nil && j.ref.Snapshot != saved.Base && j.ref.Snapshot != to {
+		offHistory = j.ref.Snapshot
 	}
-	for ino, f := range j.files {
-		f.Close()
-		delete(j.files, ino)
-	}
-	j.loadedDirs = make(map[Ino]struct{})
-	clear(j.trimmed)
-	clear(j.opens) // open handles belong to the old epoch (Release ignores them)
-	clear(j.writers)
-	j.staging = filepath.Join(j.cfg.Dir, "staging", strconv.FormatUint(uint64(j.m.Epoch), 10))
-	if err := os.MkdirAll(j.staging, 0o700); err != nil {
-		return discarded, j.dataErr("create staging directory", RootIno, err)
-	}
-	if inv := j.cfg.Invalidator; inv != nil {
-		inv.InvalidateAll()
-	}
-	j.dropEpochLater(oldEpoch)
 	ref, err := j.store.SetRef(ctx, j.cfg.Workspace, to, j.ref)
+	j.m.Pending, j.m.RollbackPending, j.m.RollbackFrom = chunkstore.ID{}, false, chunkstore.ID{}
+	if uerr := j.update(func(*badger.Txn) error { return nil }); uerr != nil && err == nil {
+		err = uerr
+	}
 	if err != nil {
 		return discarded, fmt.Errorf("rollback of %q: the live state is at %s, but moving the ref failed: %w", j.cfg.Workspace, to.Short(), err)
 	}
 	j.ref = &ref
+	// A snapshot that was off the history (kept after a divergence, or a
+	// lost compare-and-swap) is on it now.
+	if err := j.store.ForgetLost(ctx, j.cfg.Workspace, to); err != nil {
+		j.cfg.Logf("cairn: %v", err)
+	}
+	if !offHistory.IsZero() {
+		lost := chunkstore.LostSnapshot{Workspace: j.cfg.Workspace, Snapshot: offHistory, Host: j.cfg.Host,
+			Reason: fmt.Sprintf("the head until a rollback to %s from a machine whose changes were not on it", to.Short())}
+		if err := j.store.RecordLost(ctx, lost); err != nil {
+			j.cfg.Logf("cairn: could not record snapshot %s as off the history: %v", offHistory.Short(), err)
+		}
+	}
 	return discarded, nil
 }
 

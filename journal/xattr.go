@@ -113,7 +113,7 @@ func (j *Journal) xattrNames(txn *badger.Txn, ino Ino) []string {
 
 // SetXattr sets an extended attribute, honouring XattrCreate/XattrReplace.
 func (j *Journal) SetXattr(ctx context.Context, c Caller, ino Ino, name string, value []byte, flags XattrFlags) error {
-	if err := j.lock(); err != nil {
+	if err := j.lockW(); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
@@ -164,7 +164,7 @@ func (j *Journal) SetXattr(ctx context.Context, c Caller, ino Ino, name string, 
 
 // RemoveXattr removes an extended attribute, or fails with ErrNoData.
 func (j *Journal) RemoveXattr(ctx context.Context, c Caller, ino Ino, name string) error {
-	if err := j.lock(); err != nil {
+	if err := j.lockW(); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()

@@ -135,7 +135,7 @@ func liveTree(ctx context.Context, errw io.Writer, g globals, st *chunkstore.Sto
 	}
 	p := daemon.PathsOf(g.Home, ws)
 	if _, err := os.Stat(p.Journal); err == nil {
-		j, err := journal.Open(ctx, journal.Config{Dir: p.Journal, Store: st, Workspace: ws, Version: version})
+		j, err := journal.Open(ctx, journal.Config{Dir: p.Journal, Store: st, Workspace: ws, Version: version, NoReconcile: true})
 		if err != nil {
 			return chunkstore.ID{}, fmt.Errorf("open the journal of %q: %w", ws, err)
 		}

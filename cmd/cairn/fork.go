@@ -143,17 +143,29 @@ func rollbackOffline(ctx context.Context, g globals, ws, ref string) (*daemon.Ro
 		return nil, err
 	}
 	defer closeStore()
-	if ob != nil {
-		defer ob.Wait(ctx) // the snapshot of the discarded state and the ref move
-	}
 	to, err := st.Resolve(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
+	lease, err := takeLease(ctx, g, st, ws, "rollback")
+	if err != nil {
+		return nil, err
+	}
+	defer releaseLease(lease)
+	if ob != nil {
+		// The lease is released after the uploads (what is discarded or
+		// restored is snapshotted, and the ref moves).
+		defer func() {
+			ob.Wait(ctx)
+			recordLostRefs(ctx, st, ob)
+		}()
+	}
 	p := daemon.PathsOf(g.Home, ws)
 	if _, err := os.Stat(p.Journal); err == nil {
 		host, _ := os.Hostname()
-		j, err := journal.Open(ctx, journal.Config{Dir: p.Journal, Store: st, Workspace: ws, Host: host, Version: version})
+		// A rollback resets the journal, whatever the store's head is now:
+		// no reconciling first (what it discards is snapshotted).
+		j, err := journal.Open(ctx, journal.Config{Dir: p.Journal, Store: st, Workspace: ws, Host: host, Version: version, NoReconcile: true})
 		if err != nil {
 			return nil, fmt.Errorf("open the journal of %q: %w", ws, err)
 		}
@@ -170,6 +182,9 @@ func rollbackOffline(ctx context.Context, g globals, ws, ref string) (*daemon.Ro
 	}
 	if _, err := st.SetRef(ctx, ws, to, &head); err != nil {
 		return nil, err
+	}
+	if err := st.ForgetLost(ctx, ws, to); err != nil {
+		fmt.Fprintf(os.Stderr, "cairn: %v\n", err)
 	}
 	return &daemon.RollbackReply{To: to.String(), Discarded: head.Snapshot.String()}, nil
 }

@@ -110,7 +110,19 @@ func runLog(ctx context.Context, w io.Writer, st *chunkstore.Store, ref string, 
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d files, %s\t%s\t%s\n", e.ID[:12], e.Ref, e.Time.Local().Format("2006-01-02 15:04:05"),
 			e.Stats.ChangedFiles, bytesString(e.Stats.ChangedBytes), bytesString(e.Stats.NewBytes), strings.ReplaceAll(msg, "\n", " "))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// A workspace's snapshots that are not on its history are named too:
+	// nothing drops out of sight.
+	if chunkstore.ValidWorkspaceName(ref) == nil {
+		if lost, err := st.Lost(ctx, ref); err == nil {
+			for _, l := range daemon.LostStatusOf(lost) {
+				fmt.Fprintf(w, "not on this history: %s\n", lostString(l))
+			}
+		}
+	}
+	return nil
 }
 
 func formatLabels(m map[string]string) string {
@@ -275,6 +287,10 @@ type workspaceInfo struct {
 	// QueuedUploads counts writes to a remote store queued in its outbox
 	// here (a daemon uploads them; or the next mount or snapshot).
 	QueuedUploads int `json:"queued_uploads,omitempty"`
+	// Lost are its snapshots that are in the store but not on its history
+	// (a lost compare-and-swap, or a machine's changes kept when the head
+	// moved elsewhere), with the command that forks each.
+	Lost []daemon.LostStatus `json:"lost,omitempty"`
 }
 
 func newWorkspacesCommand() *cli.Command {
@@ -337,6 +353,11 @@ func runWorkspaces(ctx context.Context, w io.Writer, g globals, st *chunkstore.S
 		if l, err := st.Lease(ctx, wi.Name); err == nil && !l.Expired(time.Now()) {
 			wi.Lease = l
 		}
+		lost, err := st.Lost(ctx, wi.Name)
+		if err != nil {
+			return err
+		}
+		wi.Lost = daemon.LostStatusOf(lost)
 		if q, err := os.ReadDir(filepath.Join(daemon.PathsOf(g.Home, wi.Name).Outbox, "q")); err == nil {
 			wi.QueuedUploads = len(q)
 		}
@@ -373,5 +394,13 @@ func runWorkspaces(ctx context.Context, w io.Writer, g globals, st *chunkstore.S
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", wi.Name, head, mnt, last)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, wi := range out {
+		for _, l := range wi.Lost {
+			fmt.Fprintf(w, "%s: %s\n", wi.Name, lostString(l))
+		}
+	}
+	return nil
 }

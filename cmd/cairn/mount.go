@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -191,12 +190,9 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 		defer pprof.StopCPUProfile()
 	}
 	host, _ := os.Hostname()
-	var ttl time.Duration
-	if v := os.Getenv("CAIRN_LEASE_TTL"); v != "" { // for tests and operators: how long a lease lasts unrenewed
-		var err error
-		if ttl, err = time.ParseDuration(v); err != nil {
-			return usageError{fmt.Errorf("CAIRN_LEASE_TTL=%q: %w", v, err)}
-		}
+	ttl, err := leaseTTL()
+	if err != nil {
+		return err
 	}
 	return daemon.Run(ctx, daemon.Config{
 		Home: opts.Home, Store: opts.Store, Workspace: opts.Workspace, Dir: opts.Dir, From: opts.From,

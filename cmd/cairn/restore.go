@@ -142,8 +142,18 @@ func restoreOffline(ctx context.Context, prog io.Writer, g globals, ws string, f
 		return nil, err
 	}
 	defer closeStore()
+	lease, err := takeLease(ctx, g, st, ws, "restore")
+	if err != nil {
+		return nil, err
+	}
+	defer releaseLease(lease)
 	if ob != nil {
-		defer ob.Wait(ctx)
+		// The lease is released after the uploads (what is discarded or
+		// restored is snapshotted, and the ref moves).
+		defer func() {
+			ob.Wait(ctx)
+			recordLostRefs(ctx, st, ob)
+		}()
 	}
 	dir := daemon.PathsOf(g.Home, ws).Journal
 	if _, err := os.Stat(dir); err != nil {

@@ -135,6 +135,11 @@ func snapshotOffline(ctx context.Context, opts snapshotOptions) (*daemon.Snapsho
 		return nil, err
 	}
 	defer closeStore()
+	lease, err := takeLease(ctx, opts.globals, store, opts.Workspace, "snapshot")
+	if err != nil {
+		return nil, err
+	}
+	defer releaseLease(lease)
 	host, _ := os.Hostname()
 	j, err := journal.Open(ctx, journal.Config{Dir: p.Journal, Store: store, Workspace: opts.Workspace, Host: host, Version: version})
 	if err != nil {
@@ -158,6 +163,7 @@ func snapshotOffline(ctx context.Context, opts snapshotOptions) (*daemon.Snapsho
 		}
 		p := ob.Pending()
 		rep.Done, rep.PendingUploads = p.Entries == 0 && len(p.Lost) == 0, p.Entries
+		recordLostRefs(ctx, store, ob)
 	}
 	rep.Millis = float64(time.Since(start).Microseconds()) / 1000
 	return rep, nil

@@ -117,6 +117,12 @@ func runStatus(ctx context.Context, w io.Writer, g globals, ws string, asJSON bo
 		if u := s.Uploads; u != nil && (u.Pending > 0 || u.Failing != "" || len(u.Lost) > 0) {
 			fmt.Fprintf(w, "%s: %s\n", s.Workspace, uploadsString(u))
 		}
+		if s.ReadOnly {
+			fmt.Fprintf(w, "%s: READ-ONLY: %s\n", s.Workspace, s.ReadOnlyReason)
+		}
+		for _, l := range s.LostSnapshots {
+			fmt.Fprintf(w, "%s: %s\n", s.Workspace, lostString(l))
+		}
 	}
 	return nil
 }
@@ -135,6 +141,15 @@ func uploadsString(u *daemon.Uploads) string {
 		msg += fmt.Sprintf("; another writer moved %s first: snapshot %s was not made its head (keep it: cairn fork %s NEWNAME)", ws, snap, snap)
 	}
 	return msg
+}
+
+// lostString says what a lost snapshot is and how to keep it.
+func lostString(l daemon.LostStatus) string {
+	msg := fmt.Sprintf("snapshot %s is not on the history (%s", l.Snapshot.Short(), l.Reason)
+	if !l.Head.IsZero() {
+		msg += "; the head was " + l.Head.Short()
+	}
+	return msg + "); keep it: " + l.Fork
 }
 
 func must[T any](v T, err error) (T, string) {

@@ -34,6 +34,10 @@ type Options struct {
 	// Logf receives messages for operators: failed uploads (once per
 	// outage), recovery, lost compare-and-swaps. Default: none.
 	Logf func(format string, args ...any)
+	// OnLost is called, in a goroutine of its own, for each ref move
+	// found lost (see Lost), so that the owner can record it where every
+	// machine sees it. Optional.
+	OnLost func(Lost)
 	// Keep is how many bytes of uploaded objects that were written to
 	// local disk (queued during an outage, or still queued at a Sync) stay
 	// there to be read from (oldest dropped first), instead of being
@@ -139,7 +143,7 @@ type Pending struct {
 // to the remote at once.
 func writeBack(key string) bool {
 	return strings.HasPrefix(key, "packs/") || strings.HasPrefix(key, "index/") ||
-		strings.HasPrefix(key, "snapshots/") || isRef(key)
+		strings.HasPrefix(key, "snapshots/") || strings.HasPrefix(key, "lost/") || isRef(key)
 }
 
 func isRef(key string) bool { return strings.HasPrefix(key, "refs/") }
@@ -1190,7 +1194,11 @@ func (b *Backend) finish(e *entry, lost bool) {
 			b.refs[e.Key] = q
 		}
 		if lost {
-			b.lost = append(b.lost, Lost{Key: e.Key, Value: e.data, Time: time.Now()})
+			l := Lost{Key: e.Key, Value: e.data, Time: time.Now()}
+			b.lost = append(b.lost, l)
+			if b.opts.OnLost != nil {
+				go b.opts.OnLost(l)
+			}
 		}
 	} else if b.objects[e.Key] == e {
 		delete(b.objects, e.Key)
