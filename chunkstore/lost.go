@@ -37,7 +37,7 @@ func (l LostSnapshot) ForkCommand() string {
 	return fmt.Sprintf("cairn fork %s %s-%s", l.Snapshot.Short(), l.Workspace, l.Snapshot.Short()[:8])
 }
 
-func lostPrefix(ws string) string  { return "lost/" + ws + "/" }
+func lostPrefix(ws string) string     { return "lost/" + ws + "/" }
 func lostKey(ws string, id ID) string { return lostPrefix(ws) + id.String() }
 
 type lostJSON struct {

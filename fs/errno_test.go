@@ -40,7 +40,7 @@ func TestErrno(t *testing.T) {
 		{journal.ErrClosed, syscall.EIO},
 		{journal.ErrBadFD, syscall.EBADF},
 		{journal.ErrNoSeekData, syscall.ENXIO},
-	{journal.ErrReadOnly, syscall.EROFS},
+		{journal.ErrReadOnly, syscall.EROFS},
 		// Anything else is EIO: a corrupt store object, a bug.
 		{fmt.Errorf("read: %w", chunkstore.ErrCorrupt), syscall.EIO},
 		{errors.New("unexpected"), syscall.EIO},

@@ -95,11 +95,11 @@ type meta struct {
 	// have happened: Open finishes it (resolvePending).
 	RollbackPending bool
 	RollbackFrom    chunkstore.ID
-	Bytes                  uint64 // total size of regular files (quota)
-	Files                  uint64 // regular files
-	Dirs                   uint64 // directories, the root excluded
-	Symlinks               uint64 // symbolic links
-	Others                 uint64 // FIFOs, sockets, devices
+	Bytes           uint64 // total size of regular files (quota)
+	Files           uint64 // regular files
+	Dirs            uint64 // directories, the root excluded
+	Symlinks        uint64 // symbolic links
+	Others          uint64 // FIFOs, sockets, devices
 }
 
 // inodes is the number of inodes, the root included (the inode quota).
