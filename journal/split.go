@@ -21,6 +21,11 @@ import (
 //     restored with the meta counters that count it) into transactions by
 //     their estimated size.
 
+// splitCommitted, if set (by tests, for fault injection), is called after
+// each transaction writeSplit commits before its last; an error stops the
+// writes there, as a crash between two transactions would.
+var splitCommitted func(commits int) error
+
 // splitWriter is the transaction of a writeSplit that is being filled.
 type splitWriter struct {
 	j       *Journal
@@ -58,6 +63,11 @@ func (w *splitWriter) set(key, value []byte) error {
 		return err
 	}
 	w.commits++
+	if splitCommitted != nil {
+		if err := splitCommitted(w.commits); err != nil {
+			return err
+		}
+	}
 	w.txn = w.j.db.NewTransaction(true)
 	return w.txn.Set(key, value)
 }
