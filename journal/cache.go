@@ -116,13 +116,21 @@ func (c *inodeCache) begin() {
 }
 
 // end publishes what the transaction wrote if it committed, and drops it.
-func (c *inodeCache) end(committed bool) {
+func (c *inodeCache) end(committed bool) { c.publish(committed, false) }
+
+// endBulk is end for one of the transactions of a writeSplit that took
+// several (a big directory load): its records are published only as far
+// as the cache's bound, so that loading a directory of 100,000 small files
+// does not keep them all, inline content included, in memory.
+func (c *inodeCache) endBulk(committed bool) { c.publish(committed, true) }
+
+func (c *inodeCache) publish(committed, bounded bool) {
 	if committed {
-		if len(c.m)+len(c.pending) > inodeCacheMax {
-			clear(c.m) // a big directory load must not grow the cache past its bound
+		if bounded && len(c.m)+len(c.pending) > inodeCacheMax {
+			clear(c.m)
 		}
 		for ino, n := range c.pending {
-			if n != nil && len(c.m) < inodeCacheMax {
+			if n != nil && (!bounded || len(c.m) < inodeCacheMax) {
 				c.m[ino] = n
 			} else {
 				delete(c.m, ino) // deleted, or no room: never leave an older record

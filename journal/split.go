@@ -45,7 +45,11 @@ func (j *Journal) writeSplit(fn func(w *splitWriter) error) error {
 		err = w.txn.Commit()
 	}
 	w.txn.Discard()
-	j.cache.end(err == nil)
+	if w.commits > 0 {
+		j.cache.endBulk(err == nil)
+	} else {
+		j.cache.end(err == nil) // one transaction: as j.write does
+	}
 	return err
 }
 
@@ -58,7 +62,7 @@ func (w *splitWriter) set(key, value []byte) error {
 	// Badger checks the size before it adds the entry: the full
 	// transaction holds everything before this one.
 	err = w.txn.Commit()
-	w.j.cache.end(err == nil)
+	w.j.cache.endBulk(err == nil)
 	if err != nil {
 		return err
 	}
