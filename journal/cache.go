@@ -102,29 +102,48 @@ func (j *Journal) delInode(txn *badger.Txn, ino Ino) error {
 // write runs fn in a read-write transaction and publishes the inode records
 // it wrote to the cache if it committed.
 func (j *Journal) write(fn func(txn *badger.Txn) error) error {
-	clear(j.cache.pending)
-	j.cache.pendingMarked = j.cache.pendingMarked[:0]
-	j.cache.pendingDirty = j.cache.pendingDirty[:0]
+	j.cache.begin()
 	err := j.db.Update(fn)
-	if err == nil {
-		for ino, n := range j.cache.pending {
-			if n == nil {
-				delete(j.cache.m, ino)
+	j.cache.end(err == nil)
+	return err
+}
+
+// begin starts collecting what a transaction writes.
+func (c *inodeCache) begin() {
+	clear(c.pending)
+	c.pendingMarked = c.pendingMarked[:0]
+	c.pendingDirty = c.pendingDirty[:0]
+}
+
+// end publishes what the transaction wrote if it committed, and drops it.
+func (c *inodeCache) end(committed bool) { c.publish(committed, false) }
+
+// endBulk is end for one of the transactions of a writeSplit that took
+// several (a big directory load): its records are published only as far
+// as the cache's bound, so that loading a directory of 100,000 small files
+// does not keep them all, inline content included, in memory.
+func (c *inodeCache) endBulk(committed bool) { c.publish(committed, true) }
+
+func (c *inodeCache) publish(committed, bounded bool) {
+	if committed {
+		if bounded && len(c.m)+len(c.pending) > inodeCacheMax {
+			clear(c.m)
+		}
+		for ino, n := range c.pending {
+			if n != nil && (!bounded || len(c.m) < inodeCacheMax) {
+				c.m[ino] = n
 			} else {
-				j.cache.m[ino] = n
+				delete(c.m, ino) // deleted, or no room: never leave an older record
 			}
 		}
-		for _, ino := range j.cache.pendingMarked {
-			j.cache.marked[ino] = struct{}{}
+		for _, ino := range c.pendingMarked {
+			c.marked[ino] = struct{}{}
 		}
-		for _, ino := range j.cache.pendingDirty {
-			j.cache.dirty[ino] = struct{}{}
+		for _, ino := range c.pendingDirty {
+			c.dirty[ino] = struct{}{}
 		}
 	}
-	clear(j.cache.pending)
-	j.cache.pendingMarked = j.cache.pendingMarked[:0]
-	j.cache.pendingDirty = j.cache.pendingDirty[:0]
-	return err
+	c.begin()
 }
 
 // loadDirty fills the in-memory dirty set from the markers (at open).

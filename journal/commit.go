@@ -133,23 +133,26 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	j.ref = &ref
 	// The snapshot is done. Bring the journal's records up to date: the
 	// new tree IDs and file contents become the base of the next commit.
-	for start := 0; start < len(c.updates); start += loadBatch {
-		batch := c.updates[start:min(start+loadBatch, len(c.updates))]
-		if err := j.write(func(txn *badger.Txn) error {
-			for _, n := range batch {
-				if err := j.putInode(txn, n); err != nil {
-					return err
-				}
+	// They take as many transactions as they need: until Pending is
+	// cleared below, a crash leaves resolvePending to make the snapshot
+	// the base and keep the dirty set dirty, which does not rely on them.
+	err = j.writeSplit(func(w *splitWriter) error {
+		for _, n := range c.updates {
+			if err := w.putInode(n); err != nil {
+				return err
 			}
-			return nil
-		}); err != nil {
-			return id, snap, fmt.Errorf("%w: snapshot %s is done, but recording it in the journal failed: %v", ErrIO, id.Short(), err)
 		}
+		return nil
+	})
+	if err != nil {
+		j.pendingIsBase(id, snap.Seq)
+		return id, snap, fmt.Errorf("%w: snapshot %s is done, but recording it in the journal failed: %v", ErrIO, id.Short(), err)
 	}
 	j.m.Base, j.m.Seq, j.m.Pending = id, snap.Seq, chunkstore.ID{}
 	j.m.Diverged, j.m.DivergedHead = chunkstore.ID{}, chunkstore.ID{}
 	j.m.Committed, j.m.Gen = j.m.Gen, j.m.Gen+1
 	if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
+		j.pendingIsBase(id, snap.Seq)
 		return id, snap, fmt.Errorf("snapshot %s is done, but recording it in the journal failed: %w", id.Short(), err)
 	}
 	// The markers of this commit are stale now; delete them so that the
@@ -296,6 +299,16 @@ func (j *Journal) resolveRollback(to chunkstore.ID) error {
 		}
 	}
 	return j.update(func(*badger.Txn) error { return nil })
+}
+
+// pendingIsBase is what the journal does in memory when the bookkeeping
+// after snapshot id moved the ref fails: what resolvePending does at the
+// next Open. The snapshot is the base (the next one is its child, so the
+// history keeps it) and the dirty set stays dirty (the records may not
+// all be up to date). Pending stays set on disk and in memory, so a later
+// Open resolves it the same way.
+func (j *Journal) pendingIsBase(id chunkstore.ID, seq uint64) {
+	j.m.Base, j.m.Seq, j.m.Pending = id, seq, id
 }
 
 // dir returns the tree ID of directory n, building new trees for it and its

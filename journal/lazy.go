@@ -15,12 +15,21 @@ import (
 // needs its entries copies them into dentries and child inodes. Opening a
 // workspace is therefore O(1) whatever its size.
 
-// loadBatch is how many entries one transaction loads: Badger limits the
-// size of a transaction.
+// loadBatch is how many entries removeAll and graftDir take per
+// transaction at most (sizedBatches also bounds them by size).
 const loadBatch = 2000
 
 // load returns dir with its entries loaded, and the base tree it loaded
 // them from (nil if dir was loaded before). dir must be a directory.
+//
+// A directory loads in one transaction if it fits (a cold walk of a source
+// tree is mostly such directories), else in as many as Badger's limits need
+// (writeSplit). Its own record, marked loaded, is written last: a load cut
+// short (a crash, a full disk) leaves the directory unloaded, and the next
+// access loads it again. Entries written by the part that was committed are
+// then written again with the same keys and values (a hardlinked inode
+// written then keeps its record, the one this load would write), and
+// nothing reaches them before the directory is loaded: they are harmless.
 func (j *Journal) load(ctx context.Context, dir *inode) (*inode, *chunkstore.Tree, error) {
 	if dir.Loaded {
 		return dir, nil, nil
@@ -35,34 +44,21 @@ func (j *Journal) load(ctx context.Context, dir *inode) (*inode, *chunkstore.Tre
 			subdirs++
 		}
 	}
-	// The directory's own record, marked loaded, is written in the last
-	// batch's transaction: a directory of up to loadBatch entries loads in
-	// one commit (a cold walk of a source tree is mostly such directories).
 	loaded := *dir
 	loaded.Loaded = true
 	if dir.Ino == RootIno {
 		loaded.Nlink = 2 + subdirs // the root has no tree entry to carry it
 	}
-	for start := 0; ; start += loadBatch {
-		batch := tree.Entries[start:min(start+loadBatch, len(tree.Entries))]
-		last := start+loadBatch >= len(tree.Entries)
-		err := j.write(func(txn *badger.Txn) error {
-			for i := range batch {
-				if err := j.loadEntry(txn, dir.Ino, &batch[i]); err != nil {
-					return err
-				}
+	err = j.writeSplit(func(w *splitWriter) error {
+		for i := range tree.Entries {
+			if err := j.loadEntry(w, dir.Ino, &tree.Entries[i]); err != nil {
+				return err
 			}
-			if last {
-				return j.putInode(txn, &loaded)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
 		}
-		if last {
-			break
-		}
+		return w.putInode(&loaded)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
 	}
 	dir.Loaded, dir.Nlink = true, loaded.Nlink
 	return dir, tree, nil
@@ -70,13 +66,13 @@ func (j *Journal) load(ctx context.Context, dir *inode) (*inode, *chunkstore.Tre
 
 // loadEntry copies one base tree entry into the journal. A hardlinked inode
 // met before (through another of its names) keeps its record.
-func (j *Journal) loadEntry(txn *badger.Txn, parent Ino, e *chunkstore.Entry) error {
+func (j *Journal) loadEntry(w *splitWriter, parent Ino, e *chunkstore.Entry) error {
 	ino := Ino(e.Ino)
-	if err := txn.Set(dentryKey(j.m.Epoch, parent, e.Name), dentryValue(ino, e.Type)); err != nil {
+	if err := w.set(dentryKey(j.m.Epoch, parent, e.Name), dentryValue(ino, e.Type)); err != nil {
 		return err
 	}
 	if e.Type != chunkstore.TypeDir {
-		if err := txn.Set(linkKey(j.m.Epoch, ino, parent, e.Name), nil); err != nil {
+		if err := w.set(linkKey(j.m.Epoch, ino, parent, e.Name), nil); err != nil {
 			return err
 		}
 	}
@@ -85,7 +81,7 @@ func (j *Journal) loadEntry(txn *badger.Txn, parent Ino, e *chunkstore.Entry) er
 	// file has its one name here, in a directory loaded for the first
 	// time. Skipping the lookup for those takes 15% off BenchmarkColdWalk.
 	if e.Type != chunkstore.TypeDir && e.Nlink > 1 {
-		_, err := txn.Get(inodeKey(j.m.Epoch, ino))
+		_, err := w.txn.Get(inodeKey(j.m.Epoch, ino))
 		if err == nil {
 			return nil
 		}
@@ -106,12 +102,12 @@ func (j *Journal) loadEntry(txn *badger.Txn, parent Ino, e *chunkstore.Entry) er
 		n.Inline, n.Chunks, n.ChunkLists = e.Inline, e.Chunks, e.ChunkLists
 	}
 	for _, x := range e.Xattrs {
-		if err := txn.Set(xattrKey(j.m.Epoch, ino, x.Name), x.Value); err != nil {
+		if err := w.set(xattrKey(j.m.Epoch, ino, x.Name), x.Value); err != nil {
 			return err
 		}
 	}
 	n.HasXattrs = len(e.Xattrs) > 0
-	return j.putInode(txn, n)
+	return w.putInode(n)
 }
 
 // ensureDir checks that ino is a directory and loads its entries, before

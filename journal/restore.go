@@ -311,19 +311,7 @@ func (j *Journal) removeAll(ctx context.Context, parent Ino, name string, now in
 					files = append(files, e)
 				}
 			}
-			err = j.update(func(txn *badger.Txn) error {
-				for _, e := range files {
-					n, err := j.getInode(txn, e.Ino)
-					if err != nil {
-						return err
-					}
-					if err := j.dropName(txn, ino, e.Name, n, now, dropped); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
+			if err := j.dropNames(ino, files, now, dropped); err != nil {
 				return err
 			}
 		}
@@ -332,6 +320,44 @@ func (j *Journal) removeAll(ctx context.Context, parent Ino, name string, now in
 	return j.update(func(txn *badger.Txn) error {
 		return j.removeEntry(txn, parent, name, ino, t == TypeDir, now, dropped)
 	})
+}
+
+// dropNames removes the names files from directory dir, as many per
+// transaction as fit: a name of a hardlinked file rewrites its record,
+// inline content included, so a transaction that is too big is tried
+// again in halves (j.update leaves nothing of a failed one).
+func (j *Journal) dropNames(dir Ino, files []DirEntry, now int64, dropped *[]*inode) error {
+	for len(files) > 0 {
+		batch := files
+		for {
+			var gone []*inode
+			tooBig := false
+			err := j.update(func(txn *badger.Txn) error {
+				for _, e := range batch {
+					n, err := j.getInode(txn, e.Ino)
+					if err == nil {
+						err = j.dropName(txn, dir, e.Name, n, now, &gone)
+					}
+					if err != nil {
+						tooBig = errors.Is(err, badger.ErrTxnTooBig)
+						return err
+					}
+				}
+				return nil
+			})
+			if tooBig && len(batch) > 1 {
+				batch = batch[:len(batch)/2]
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			*dropped = append(*dropped, gone...)
+			break
+		}
+		files = files[len(batch):]
+	}
+	return nil
 }
 
 // graft writes snapshot entry e, and its subtree, as parent/name with
@@ -371,9 +397,11 @@ func (j *Journal) graftDir(ctx context.Context, dir Ino, tree chunkstore.ID, lin
 		return 0, err
 	}
 	subdirs := make([]Ino, len(t.Entries))
-	for start := 0; start < len(t.Entries); start += loadBatch {
-		end := min(start+loadBatch, len(t.Entries))
-		err := j.update(func(txn *badger.Txn) error {
+	// Each entry is written with the meta counters that count it, so
+	// batches are split by the entries' sizes (inline content, xattrs).
+	size := func(i int) (int, int) { return graftSize(&t.Entries[i]) }
+	err = j.sizedBatches(len(t.Entries), loadBatch, size, func(start, end int) error {
+		return j.update(func(txn *badger.Txn) error {
 			for i := start; i < end; i++ {
 				ino, err := j.graftEntry(txn, dir, &t.Entries[i], links)
 				if err != nil {
@@ -393,9 +421,9 @@ func (j *Journal) graftDir(ctx context.Context, dir Ino, tree chunkstore.ID, lin
 			}
 			return nil
 		})
-		if err != nil {
-			return 0, err
-		}
+	})
+	if err != nil {
+		return 0, err
 	}
 	n := uint64(len(t.Entries))
 	for i := range t.Entries {
@@ -408,6 +436,20 @@ func (j *Journal) graftDir(ctx context.Context, dir Ino, tree chunkstore.ID, lin
 		}
 	}
 	return n, nil
+}
+
+// graftSize estimates the bytes and keys graftEntry writes for e, with
+// the records of its new parent it may write too (inode, dirty marker).
+func graftSize(e *chunkstore.Entry) (bytes, keys int) {
+	const record = 160 // an inode record without its variable parts, and its key
+	bytes = 3*record + 3*len(e.Name) + len(e.Inline) + len(e.Target) +
+		(len(e.Chunks)+len(e.ChunkLists))*(chunkstore.IDSize+16)
+	keys = 6
+	for _, x := range e.Xattrs {
+		bytes += 16 + len(x.Name) + len(x.Value)
+		keys++
+	}
+	return bytes, keys
 }
 
 // graftEntry writes one snapshot entry into directory parent under a fresh
