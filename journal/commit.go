@@ -137,7 +137,12 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	// cleared below, a crash leaves resolvePending to make the snapshot
 	// the base and keep the dirty set dirty, which does not rely on them.
 	err = j.writeSplit(func(w *splitWriter) error {
-		for _, n := range c.updates {
+		for i, n := range c.updates {
+			if i > 0 && i%loadBatch == 0 {
+				if err := w.next(); err != nil {
+					return err
+				}
+			}
 			if err := w.putInode(n); err != nil {
 				return err
 			}

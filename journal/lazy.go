@@ -15,16 +15,17 @@ import (
 // needs its entries copies them into dentries and child inodes. Opening a
 // workspace is therefore O(1) whatever its size.
 
-// loadBatch is how many entries removeAll and graftDir take per
-// transaction at most (sizedBatches also bounds them by size).
+// loadBatch is how many entries one transaction of a directory load (and
+// of removeAll, graftDir, a snapshot's record updates) takes at most;
+// fewer if Badger's size limit comes first (small files' inline content).
 const loadBatch = 2000
 
 // load returns dir with its entries loaded, and the base tree it loaded
 // them from (nil if dir was loaded before). dir must be a directory.
 //
 // A directory loads in one transaction if it fits (a cold walk of a source
-// tree is mostly such directories), else in as many as Badger's limits need
-// (writeSplit). Its own record, marked loaded, is written last: a load cut
+// tree is mostly such directories), else in as many as Badger's limits
+// need (writeSplit), of at most loadBatch entries. Its own record, marked loaded, is written last: a load cut
 // short (a crash, a full disk) leaves the directory unloaded, and the next
 // access loads it again. Entries written by the part that was committed are
 // then written again with the same keys and values (a hardlinked inode
@@ -51,6 +52,11 @@ func (j *Journal) load(ctx context.Context, dir *inode) (*inode, *chunkstore.Tre
 	}
 	err = j.writeSplit(func(w *splitWriter) error {
 		for i := range tree.Entries {
+			if i > 0 && i%loadBatch == 0 {
+				if err := w.next(); err != nil {
+					return err
+				}
+			}
 			if err := j.loadEntry(w, dir.Ino, &tree.Entries[i]); err != nil {
 				return err
 			}

@@ -61,7 +61,16 @@ func (w *splitWriter) set(key, value []byte) error {
 	}
 	// Badger checks the size before it adds the entry: the full
 	// transaction holds everything before this one.
-	err = w.txn.Commit()
+	if err := w.next(); err != nil {
+		return err
+	}
+	return w.txn.Set(key, value)
+}
+
+// next commits the current transaction and starts the next. Callers also
+// use it to bound a transaction by their own measure (entries).
+func (w *splitWriter) next() error {
+	err := w.txn.Commit()
 	w.j.cache.endBulk(err == nil)
 	if err != nil {
 		return err
@@ -73,7 +82,7 @@ func (w *splitWriter) set(key, value []byte) error {
 		}
 	}
 	w.txn = w.j.db.NewTransaction(true)
-	return w.txn.Set(key, value)
+	return nil
 }
 
 // putInode writes an inode record, like Journal.putInode.
