@@ -209,3 +209,41 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 		}
 	}
 }
+
+// An index file another writer adds later, corrupt: the lookup that
+// reloads the index skips it with one warning, and its blobs fail clearly.
+func TestStore_CorruptIndexRefresh(t *testing.T) {
+	be := chunkstoretest.LocalBackend(t)
+	var w warnings
+	s := chunkstoretest.NewStore(t, be, chunkstore.InitOptions{}, chunkstore.Options{Logf: w.logf})
+	other := reopen(t, be, chunkstore.Options{})
+	data := randData(7, 4096)
+	id, _, err := other.PutBlob(ctx, chunkstore.KindData, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := listKeys(t, be, "index/")
+	if len(keys) != 1 {
+		t.Fatalf("index files: %v", keys)
+	}
+	if _, err := be.Put(ctx, keys[0], bytes.NewReader([]byte("garbage")), backend.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := s.Blob(ctx, id); !errors.Is(err, chunkstore.ErrCorrupt) || !strings.Contains(err.Error(), "cairn repair index") {
+			t.Fatalf("a blob of a corrupt index file added later: %v", err)
+		}
+	}
+	if msgs := w.all(); len(msgs) != 1 || !strings.Contains(msgs[0], keys[0]) {
+		t.Errorf("warnings = %q, want one naming %s", msgs, keys[0])
+	}
+	if _, err := s.RepairIndex(ctx, chunkstore.RepairOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Blob(ctx, id); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after the repair: %d bytes, %v", len(got), err)
+	}
+}
