@@ -48,14 +48,15 @@ race: tools
 # -fuzztime, which the fuzzer then reports as a failure ("context deadline
 # exceeded").
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@set -e; log=$$(mktemp -t cairn-fuzz.XXXXXX); trap 'rm -f "$$log"' EXIT; \
+	for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 0 $$pkg > /tmp/cairn-fuzz.log 2>&1 || \
-		{ grep -q 'context deadline exceeded' /tmp/cairn-fuzz.log && ! grep -q 'Failing input' /tmp/cairn-fuzz.log && \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 0 $$pkg > "$$log" 2>&1 || \
+		{ grep -q 'context deadline exceeded' "$$log" && ! grep -q 'Failing input' "$$log" && \
 		  echo "  (the fuzzer's own deadline flake on a busy machine, no failing input: once more)" && \
-		  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 0 $$pkg > /tmp/cairn-fuzz.log 2>&1; } || \
-		{ cat /tmp/cairn-fuzz.log; exit 1; }; \
+		  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 0 $$pkg > "$$log" 2>&1; } || \
+		{ cat "$$log"; exit 1; }; \
 	done
 
 ## bench: the performance figures, as Go benchmarks (MB/s via b.SetBytes).
@@ -128,7 +129,7 @@ clean:
 ## init, mount, write, snapshot, unmount, mount again and on a "second machine",
 ## and find the files and their history back.
 demo: build
-	@set -e; home=$$(mktemp -d /tmp/cairn-demo.XXXXXX); mnt=$$home/mnt; mkdir -p $$mnt; \
+	@set -e; home=$$(mktemp -d -t cairn-demo.XXXXXX); mnt=$$home/mnt; mkdir -p $$mnt; \
 	export CAIRN_HOME=$$home/state; c=bin/cairn; \
 	trap '$$c unmount demo >/dev/null 2>&1 || true; CAIRN_HOME=$$home/other $$c unmount demo >/dev/null 2>&1 || true; rm -rf $$home' EXIT; \
 	echo "== cairn init (zero configuration: a local store in $$CAIRN_HOME)"; $$c init; \

@@ -440,7 +440,7 @@ func (s *Store) planFetch(ctx context.Context, ids []ID, refresh bool) fetchPlan
 		if err := s.refreshIndex(ctx); err != nil {
 			p.err = fmt.Errorf("%d blobs are not in the store's index, and reloading the index failed: %w", len(missing), err)
 		} else if missing = lookup(missing); len(missing) > 0 {
-			p.err = fmt.Errorf("%w: %d blobs are not in the store's index, such as %s", ErrNotFound, len(missing), missing[0])
+			p.err = s.missingBlob(missing[0], len(missing))
 		}
 	}
 	slices.SortFunc(items, func(a, b item) int {

@@ -45,7 +45,7 @@ func (s *Store) readBlob(ctx context.Context, id ID, around bool) (BlobKind, []b
 			return 0, nil, fmt.Errorf("blob %s is not in the store's index, and reloading the index failed: %w", id, err)
 		}
 		if packID, loc, ok = s.idx.lookup(id); !ok {
-			return 0, nil, fmt.Errorf("%w: blob %s is not in the store's index", ErrNotFound, id)
+			return 0, nil, s.missingBlob(id, 1)
 		}
 	}
 	if s.rd.remote {

@@ -46,6 +46,9 @@ type Options struct {
 	// fetches ahead of the reader, in the background (remote backends
 	// only). Default: DefaultReadAhead (8 MiB). Negative: no read-ahead.
 	ReadAhead int64
+	// Logf receives warnings for operators: index files skipped because
+	// they are corrupt (see CorruptIndex). Default: none.
+	Logf func(format string, args ...any)
 }
 
 // Store is a content-addressed blob store over a backend: blobs are deduped
@@ -83,8 +86,9 @@ type Store struct {
 	unindexed []indexPack        // uploaded packs awaiting an index file
 	stats     Stats
 
-	refreshMu  sync.Mutex  // one refreshIndex at a time; guards knownIndex
-	knownIndex map[ID]bool // index files in idx: loaded or written by this store
+	refreshMu  sync.Mutex  // one refreshIndex at a time; guards knownIndex and badIndex
+	knownIndex map[ID]bool // index files in idx: loaded or written by this store, or skipped as corrupt
+	badIndex   map[ID]bool // index files skipped as corrupt (see CorruptIndex)
 }
 
 // Stats counts what a store has done since it was opened, plus the size of
@@ -224,6 +228,9 @@ func Open(ctx context.Context, be backend.Backend, opts Options) (*Store, error)
 	}
 	if opts.CacheSize == 0 {
 		opts.CacheSize = DefaultCacheSize
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
 	}
 	s := &Store{
 		be: be, cfg: cfg, hasher: NewHasher(key), cutter: cutter,

@@ -111,7 +111,7 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 		}
 		storeBe = ob
 	}
-	store, err := chunkstore.Open(ctx, storeBe, chunkstore.Options{CacheDir: p.Cache, CacheSize: cfg.CacheSize})
+	store, err := chunkstore.Open(ctx, storeBe, chunkstore.Options{CacheDir: p.Cache, CacheSize: cfg.CacheSize, Logf: prefixLogf(cfg.Logf)})
 	if err != nil {
 		if ob != nil {
 			ob.Close()
@@ -713,4 +713,10 @@ func closeJournal(j *journal.Journal, timeout time.Duration) error {
 	case <-time.After(timeout):
 		return fmt.Errorf("%w: the journal did not close within %v (is its directory gone or unwritable?); the next mount recovers it as after a crash", ErrBusy, timeout)
 	}
+}
+
+// prefixLogf prefixes the store's warnings as the daemon's own messages
+// are.
+func prefixLogf(logf func(string, ...any)) func(string, ...any) {
+	return func(format string, args ...any) { logf("cairn: warning: "+format, args...) }
 }

@@ -681,7 +681,7 @@ allowHosts:
 	t.Run("SupervisorKilled", func(t *testing.T) {
 		supervisorKilled(t, in, port, denied4)
 	})
-	noStrays(t)
+	in.noStrays()
 }
 
 // supervisorKilled: SIGKILL `cairn run` while its workload keeps trying a
@@ -745,6 +745,9 @@ func supervisorKilled(t *testing.T, in *instance, port int, denied *probeServer)
 	}
 	attempts(3)
 	cgroup = sandboxCgroup(t, cmd.Process.Pid)
+	if !strings.HasPrefix(filepath.Base(cgroup), in.runCgroupPrefix()) {
+		t.Errorf("the run's cgroup %s is not named %s*: noStrays would not see it", cgroup, in.runCgroupPrefix())
+	}
 	mounts, _ := filepath.Glob(filepath.Join(in.home, "run", "bpf-*"))
 	if len(mounts) != 1 || !slices.Equal(mountsUnder(t, mounts[0]), mounts) {
 		t.Fatalf("per-run bpffs mounts while running: %v, want one, mounted", mounts)

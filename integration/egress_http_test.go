@@ -387,5 +387,5 @@ allowHosts:
 			t.Errorf("cairn %s: the error does not name the fix: %s", strings.Join(args, " "), r.stderr)
 		}
 	}
-	noStrays(t)
+	in.noStrays()
 }

@@ -86,5 +86,5 @@ func TestRun_EgressRefusedWithoutBPF(t *testing.T) {
 			t.Fatalf("cairn %s ran the command without its egress policy", strings.Join(argv, " "))
 		}
 	}
-	noStrays(t)
+	in.noStrays()
 }

@@ -171,5 +171,5 @@ func TestRun_Egress(t *testing.T) {
 			t.Errorf("cairn %s: exit %d, want 2\n%s", strings.Join(args, " "), r.code, r.stderr)
 		}
 	}
-	noStrays(t)
+	in.noStrays()
 }

@@ -183,18 +183,23 @@ func TestRun_Turn(t *testing.T) {
 	if r := in.run("run", "ws", "--no-snapshot", "--", "/no/such/command"); r.code == 0 || !strings.Contains(r.stderr, "/no/such/command") {
 		t.Errorf("missing command: exit %d, stderr %q", r.code, r.stderr)
 	}
-	noStrays(t)
+	in.noStrays()
 }
 
-// noStrays checks that no sandbox cgroup is left: every process of every
-// run is gone with it.
-func noStrays(t *testing.T) {
-	t.Helper()
-	matches, _ := filepath.Glob("/sys/fs/cgroup/*/cairn/cairn-run-*")
-	more, _ := filepath.Glob("/sys/fs/cgroup/*/*/cairn/cairn-run-*")
-	more2, _ := filepath.Glob("/sys/fs/cgroup/*/*/*/cairn/cairn-run-*")
-	if all := append(append(matches, more...), more2...); len(all) > 0 {
-		t.Errorf("sandbox cgroups left behind: %v", all)
+// noStrays checks that no sandbox cgroup of this instance's runs is left:
+// every process of every run is gone with it. Runs name their cgroups
+// cairn-run-TAG-RANDOM, TAG a hash of the state directory, so the runs of
+// other cairns on the machine (other tests, other people) are not counted.
+func (in *instance) noStrays() {
+	in.t.Helper()
+	name := in.runCgroupPrefix() + "*"
+	var all []string
+	for _, depth := range []string{"", "*", "*/*", "*/*/*"} {
+		m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", depth, "cairn", name))
+		all = append(all, m...)
+	}
+	if len(all) > 0 {
+		in.t.Errorf("sandbox cgroups left behind: %v", all)
 	}
 }
 
@@ -293,7 +298,7 @@ func TestRun_Limits(t *testing.T) {
 	if len(strings.TrimSpace(string(out))) > 0 {
 		t.Errorf("processes survived the timeout: %s", out)
 	}
-	noStrays(t)
+	in.noStrays()
 }
 
 // TestRun_BadInput: bad flags get a usage error and run nothing.
@@ -323,4 +328,12 @@ func (r *record) dirOrEmpty() string {
 		return ""
 	}
 	return r.Dir
+}
+
+// runCgroupPrefix starts the cgroup name of every run of this instance's
+// state directory: cairn-run-TAG-, TAG the first 8 hex digits of the
+// SHA-256 of its path (cmd/cairn's runTag).
+func (in *instance) runCgroupPrefix() string {
+	h := sha256.Sum256([]byte(in.home))
+	return "cairn-run-" + hex.EncodeToString(h[:4]) + "-"
 }

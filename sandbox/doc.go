@@ -12,7 +12,7 @@
 //  1. validates the Spec and checks that every protection is available
 //     (user namespaces, Landlock, seccomp): if one is missing it fails with
 //     ErrNotSupported and nothing runs;
-//  2. creates the run's cgroup (cgroups.Create, "cairn-run-<random>"), with
+//  2. creates the run's cgroup (cgroups.Create, "cairn-run-[<tag>-]<random>"), with
 //     the limits;
 //  3. seeds the persisted paths that are new (see Persisted paths) and reads
 //     the secret files;

@@ -91,7 +91,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 		return fmt.Errorf("sandbox: workspace %s is not a directory: %w", s.Workspace, ErrInvalid)
 	}
 
-	g, err := cgroups.Create("cairn-run-"+randomHex(8), s.Limits)
+	g, err := cgroups.Create(cgroupName(s.Tag), s.Limits)
 	if err != nil {
 		if errors.Is(err, cgroups.ErrNotSupported) {
 			return fmt.Errorf("sandbox: %w: %w", ErrNotSupported, err)
@@ -409,4 +409,12 @@ func (r *runner) outcome(ctx context.Context, cmd *exec.Cmd, waitErr error) erro
 			strings.Join(r.spec.Setup.Args, " "), r.res.SetupExitCode, ErrSetupFailed)
 	}
 	return nil
+}
+
+// cgroupName names a run's cgroup: cairn-run-TAG-RANDOM (see Spec.Tag).
+func cgroupName(tag string) string {
+	if tag == "" {
+		return "cairn-run-" + randomHex(8)
+	}
+	return "cairn-run-" + tag + "-" + randomHex(8)
 }

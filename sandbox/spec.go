@@ -82,6 +82,11 @@ type Spec struct {
 	Persist []string
 	// Hostname is the sandbox's hostname. Default DefaultHostname.
 	Hostname string
+	// Tag goes into the name of the run's cgroup, cairn-run-TAG-RANDOM,
+	// so that whoever started runs can tell their cgroups from those of
+	// other runs on the machine: up to 16 lowercase letters and digits.
+	// Default none: cairn-run-RANDOM.
+	Tag string
 	// HostNetwork keeps the sandbox in the host's network namespace, for an
 	// egress policy that BeforeStart attaches to the run's cgroup (package
 	// netpolicy). The workload holds no capability there (the namespace
@@ -247,6 +252,9 @@ func (s *Spec) Validate() error {
 	}
 	if err := validateHostname(s.Hostname); err != nil {
 		return err
+	}
+	if len(s.Tag) > 16 || strings.Trim(s.Tag, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		return fmt.Errorf("sandbox: tag %q: want up to 16 lowercase letters and digits: %w", s.Tag, ErrInvalid)
 	}
 	if s.HostIDBase != 0 && (s.HostIDBase < MinHostIDBase || uint64(s.HostIDBase)+IDMapSize > 1<<32-1) {
 		return fmt.Errorf("sandbox: host id base %d: want 0 (default %d) or %d..%d: %w",

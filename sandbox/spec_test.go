@@ -24,6 +24,7 @@ func TestSpec_Validate(t *testing.T) {
 			s.RootFS = "/srv/image"
 			s.Persist = []string{"/root", "/root/.cache", "/usr/local"}
 			s.Hostname = "agent-1.example"
+			s.Tag = "0123456789abcdef"
 			s.HostIDBase = 200000
 			s.Limits = cgroups.Limits{MemoryBytes: 1 << 30, Pids: 100, CPUs: 1}
 			s.Timeout = time.Minute
@@ -73,6 +74,9 @@ func TestSpec_Validate(t *testing.T) {
 		{"PersistTwice", func(s *sandbox.Spec) { s.Persist = []string{"/root", "/root"} }},
 		{"BadHostname", func(s *sandbox.Spec) { s.Hostname = "a b" }},
 		{"LongHostname", func(s *sandbox.Spec) { s.Hostname = string(make([]byte, 65)) }},
+		{"BadTag", func(s *sandbox.Spec) { s.Tag = "a/b" }},
+		{"UpperTag", func(s *sandbox.Spec) { s.Tag = "ABC" }},
+		{"LongTag", func(s *sandbox.Spec) { s.Tag = "0123456789abcdef0" }},
 		{"HostIDBaseTooLow", func(s *sandbox.Spec) { s.HostIDBase = 1000 }},
 		{"HostIDBaseTooHigh", func(s *sandbox.Spec) { s.HostIDBase = 1<<32 - 100 }},
 		{"PidsTooLow", func(s *sandbox.Spec) { s.Limits.Pids = 8 }},

@@ -48,7 +48,7 @@ func newApp() *cli.App {
 			},
 		},
 		Commands: []*cli.Command{newInitCommand(), newMountCommand(), newUnmountCommand(), newSnapshotCommand(), newStatusCommand(),
-			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand(), newRestoreCommand(), newExportCommand(), newImportCommand(), newWarmupCommand(), newRunCommand()},
+			newLogCommand(), newShowCommand(), newDiffCommand(), newWorkspacesCommand(), newForkCommand(), newRollbackCommand(), newLsCommand(), newCatCommand(), newRestoreCommand(), newExportCommand(), newImportCommand(), newWarmupCommand(), newRepairCommand(), newRunCommand()},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // exit codes are decided in exitCode
 		OnUsageError:    onUsageError,
@@ -74,8 +74,14 @@ type globals struct {
 }
 
 // storeOptions are the chunkstore options every verb opens a store with.
+// Warnings (an index file skipped as corrupt) go to stderr.
 func (g globals) storeOptions() chunkstore.Options {
-	return chunkstore.Options{CacheDir: filepath.Join(g.Home, "cache"), CacheSize: g.CacheSize}
+	return chunkstore.Options{CacheDir: filepath.Join(g.Home, "cache"), CacheSize: g.CacheSize, Logf: warnf}
+}
+
+// warnf prints a warning for a person on stderr.
+func warnf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "cairn: warning: "+format+"\n", args...)
 }
 
 // parseSize parses 10G, 512M, 1.5TiB, 4096 (bytes; binary units).

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -230,6 +232,7 @@ func runRun(ctx context.Context, opts runOptions) (*runResult, error) {
 	}
 	spec := opts.Spec
 	spec.Workspace = dir
+	spec.Tag = runTag(opts.Home)
 	if err := spec.Validate(); err != nil {
 		return nil, usageError{err}
 	}
@@ -422,4 +425,12 @@ func secretExclusions(s *sandbox.Spec) []chunkstore.Exclusion {
 		}
 	}
 	return out
+}
+
+// runTag is the tag in the cgroup names of the runs a state directory
+// starts (cairn-run-TAG-RANDOM): the first 8 hex digits of the SHA-256 of
+// its absolute path. It tells them from other cairns' runs on the machine.
+func runTag(home string) string {
+	h := sha256.Sum256([]byte(home))
+	return hex.EncodeToString(h[:4])
 }

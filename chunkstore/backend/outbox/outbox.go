@@ -775,6 +775,17 @@ func contentTag(data []byte) string {
 	return "c-" + hex.EncodeToString(h[:16])
 }
 
+// objectTag is the ETag the outbox gives a written-back object that is not
+// a ref (a pack, index file or snapshot record): these are
+// content-addressed, so a key names one content, and the tag names the key
+// and size. It is the same whether the object is queued here, kept here or
+// in the remote: a remote ETag would change it at upload, under a caller
+// that holds the tag Put returned.
+func objectTag(key string, size int64) string {
+	h := blake3.Sum256([]byte(key))
+	return "k-" + hex.EncodeToString(h[:8]) + "-" + strconv.FormatInt(size, 10)
+}
+
 // refView returns a ref's current value as this process sees it: the
 // latest queued move, else the remote's.
 func (b *Backend) refView(ctx context.Context, key string) ([]byte, bool, error) {
@@ -908,9 +919,13 @@ func (b *Backend) Stat(ctx context.Context, key string) (backend.Info, error) {
 	e := b.objects[key]
 	b.mu.Unlock()
 	if e != nil {
-		return backend.Info{Key: key, Size: e.Size, ETag: "q-" + strconv.FormatUint(e.Seq, 10), ModTime: e.Queued}, nil
+		return backend.Info{Key: key, Size: e.Size, ETag: objectTag(key, e.Size), ModTime: e.Queued}, nil
 	}
-	return b.remote.Stat(ctx, key)
+	info, err := b.remote.Stat(ctx, key)
+	if err == nil && writeBack(key) {
+		info.ETag = objectTag(key, info.Size)
+	}
+	return info, err
 }
 
 // Put implements backend.Backend: packs, index files and snapshot records
@@ -934,7 +949,7 @@ func (b *Backend) Put(ctx context.Context, key string, body io.ReadSeeker, cond 
 		if err := b.enqueue(e, body); err != nil {
 			return backend.Info{}, err
 		}
-		return backend.Info{Key: key, Size: e.Size, ETag: "q-" + strconv.FormatUint(e.Seq, 10), ModTime: e.Queued}, nil
+		return backend.Info{Key: key, Size: e.Size, ETag: objectTag(key, e.Size), ModTime: e.Queued}, nil
 	}
 	data, err := io.ReadAll(body)
 	if err != nil {
@@ -943,7 +958,15 @@ func (b *Backend) Put(ctx context.Context, key string, body io.ReadSeeker, cond 
 	b.refMu.Lock()
 	defer b.refMu.Unlock()
 	prev, exists, err := b.refView(ctx, key)
-	if err != nil {
+	switch {
+	case err != nil && cond.IfNoneMatch:
+		// The remote is unreachable and this outbox has neither seen the
+		// ref there nor queued a move of it (refView answers from those):
+		// nothing here says it exists. The create is queued; at upload
+		// moveRef creates it only if it still does not exist, and reports
+		// the move as lost if another writer created it meanwhile.
+		prev, exists = nil, false
+	case err != nil:
 		return backend.Info{}, fmt.Errorf("put %s: read the ref: %w", key, err)
 	}
 	switch {
@@ -979,7 +1002,7 @@ func (b *Backend) PutOwned(ctx context.Context, key string, data []byte, release
 	if err := b.enqueueOwned(e, bytes.NewReader(data), data, release); err != nil {
 		return backend.Info{}, err
 	}
-	return backend.Info{Key: key, Size: e.Size, ETag: "q-" + strconv.FormatUint(e.Seq, 10), ModTime: e.Queued}, nil
+	return backend.Info{Key: key, Size: e.Size, ETag: objectTag(key, e.Size), ModTime: e.Queued}, nil
 }
 
 // List implements backend.Backend: the remote's objects and the queued
@@ -989,7 +1012,7 @@ func (b *Backend) List(ctx context.Context, prefix string, fn func(backend.Info)
 	b.mu.Lock()
 	for k, e := range b.objects {
 		if strings.HasPrefix(k, prefix) {
-			local = append(local, backend.Info{Key: k, Size: e.Size, ETag: "q-" + strconv.FormatUint(e.Seq, 10), ModTime: e.Queued})
+			local = append(local, backend.Info{Key: k, Size: e.Size, ETag: objectTag(k, e.Size), ModTime: e.Queued})
 		}
 	}
 	for k, q := range b.refs {
@@ -1010,6 +1033,8 @@ func (b *Backend) List(ctx context.Context, prefix string, fn func(backend.Info)
 		if i < len(local) && local[i].Key == info.Key {
 			info = local[i]
 			i++
+		} else if writeBack(info.Key) && !isRef(info.Key) {
+			info.ETag = objectTag(info.Key, info.Size)
 		}
 		return fn(info)
 	})

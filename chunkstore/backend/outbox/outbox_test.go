@@ -590,3 +590,106 @@ func TestOutbox_PutOwned(t *testing.T) {
 		t.Errorf("PutOwned on a closed outbox: %v, released %v; want an error and the bytes not taken", err, called)
 	}
 }
+
+// deadRemote is a remote that answers nothing: reads and writes fail.
+func deadRemote(t *testing.T) (*chunkstoretest.Faulty, backend.Backend) {
+	under := chunkstoretest.LocalBackend(t)
+	remote := chunkstoretest.NewFaulty(under)
+	for _, op := range []chunkstoretest.Op{chunkstoretest.OpGet, chunkstoretest.OpPut, chunkstoretest.OpStat, chunkstoretest.OpList} {
+		remote.Fail(op, "", -1, backend.ErrUnavailable)
+	}
+	return remote, under
+}
+
+// The first ref of a new workspace, created while the remote is down and
+// the outbox has never seen the ref: the create queues like any move and is
+// made when the remote is back. What the outbox does know still answers
+// at once: a ref it saw in the remote, or has queued, exists.
+func TestOutbox_CreateRefWhileDown(t *testing.T) {
+	t.Run("Queued", func(t *testing.T) {
+		remote, under := deadRemote(t)
+		put(t, under, "refs/seen", "theirs", backend.Condition{})
+		o := open(t, remote, t.TempDir())
+		put(t, o, "snapshots/s1", "snap one", backend.Condition{})
+		r1 := put(t, o, "refs/new", "ref one", backend.Condition{IfNoneMatch: true})
+		if _, err := o.Put(ctx, "refs/new", strings.NewReader("x"), backend.Condition{IfNoneMatch: true}); !errors.Is(err, backend.ErrConflict) {
+			t.Fatalf("a second create of a queued ref: %v, want ErrConflict", err)
+		}
+		put(t, o, "refs/new", "ref two", backend.Condition{IfMatch: r1.ETag})
+		if got, err := read(t, o, "refs/new"); err != nil || got != "ref two" {
+			t.Fatalf("the queued ref reads %q, %v", got, err)
+		}
+		// A ref this outbox has not seen cannot be checked: only a
+		// create queues; a move names a version it cannot compare.
+		if _, err := o.Put(ctx, "refs/seen", strings.NewReader("x"), backend.Condition{IfMatch: "c-0"}); !errors.Is(err, backend.ErrUnavailable) {
+			t.Fatalf("a move of an unseen ref while down: %v, want ErrUnavailable", err)
+		}
+		if p := o.Pending(); p.Entries != 3 {
+			t.Fatalf("pending while down: %+v", p)
+		}
+		remote.Heal()
+		waitFor(t, o)
+		if got, err := read(t, under, "refs/new"); err != nil || got != "ref two" {
+			t.Errorf("remote ref after the drain = %q, %v", got, err)
+		}
+		if got, err := read(t, under, "snapshots/s1"); err != nil || got != "snap one" {
+			t.Errorf("remote snapshot after the drain = %q, %v", got, err)
+		}
+		if p := o.Pending(); p.Entries != 0 || len(p.Lost) != 0 {
+			t.Errorf("pending after the drain: %+v", p)
+		}
+		// Seen now: with the remote down again, a create is refused here.
+		if _, err := o.Stat(ctx, "refs/seen"); err != nil {
+			t.Fatal(err)
+		}
+		remote.Fail(chunkstoretest.OpGet, "", -1, backend.ErrUnavailable)
+		remote.Fail(chunkstoretest.OpStat, "", -1, backend.ErrUnavailable)
+		if _, err := o.Put(ctx, "refs/seen", strings.NewReader("x"), backend.Condition{IfNoneMatch: true}); !errors.Is(err, backend.ErrConflict) {
+			t.Fatalf("a create of a ref seen in the remote, remote down: %v, want ErrConflict", err)
+		}
+	})
+	t.Run("Lost", func(t *testing.T) {
+		remote, under := deadRemote(t)
+		o := open(t, remote, t.TempDir())
+		put(t, o, "snapshots/mine", "mine", backend.Condition{})
+		put(t, o, "refs/w", "mine 1", backend.Condition{IfNoneMatch: true})
+		// Another machine creates the workspace first.
+		put(t, under, "refs/w", "theirs 1", backend.Condition{IfNoneMatch: true})
+		remote.Heal()
+		waitFor(t, o)
+		if got, _ := read(t, under, "refs/w"); got != "theirs 1" {
+			t.Errorf("remote ref = %q, want the other writer's", got)
+		}
+		if got, _ := read(t, under, "snapshots/mine"); got != "mine" {
+			t.Errorf("the losing create's snapshot is not in the remote: %q", got)
+		}
+		p := o.Pending()
+		if len(p.Lost) != 1 || p.Lost[0].Key != "refs/w" || string(p.Lost[0].Value) != "mine 1" {
+			t.Errorf("lost = %+v", p.Lost)
+		}
+	})
+}
+
+// A written-back object's ETag is the same queued and uploaded: a caller
+// that holds the tag Put returned finds it in a Stat whenever it runs.
+func TestOutbox_ObjectTagStable(t *testing.T) {
+	remote := chunkstoretest.NewFaulty(chunkstoretest.LocalBackend(t))
+	remote.Fail(chunkstoretest.OpPut, "", -1, backend.ErrUnavailable)
+	o := open(t, remote, t.TempDir())
+	info := put(t, o, "packs/ab/abcdef", "pack bytes", backend.Condition{})
+	queued, err := o.Stat(ctx, "packs/ab/abcdef")
+	if err != nil || queued.ETag != info.ETag {
+		t.Fatalf("Stat while queued = %+v, %v; Put said %q", queued, err, info.ETag)
+	}
+	remote.Heal()
+	waitFor(t, o)
+	uploaded, err := o.Stat(ctx, "packs/ab/abcdef")
+	if err != nil || uploaded.ETag != info.ETag {
+		t.Fatalf("Stat after upload = %+v, %v; Put said %q", uploaded, err, info.ETag)
+	}
+	var listed string
+	o.List(ctx, "packs/", func(i backend.Info) error { listed = i.ETag; return nil })
+	if listed != info.ETag {
+		t.Errorf("List ETag %q, Put said %q", listed, info.ETag)
+	}
+}
