@@ -25,10 +25,26 @@ import (
 // While files are open Rollback refuses (ErrBusy) unless force is set;
 // forced, handles opened before it are stale (see Stale).
 func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (chunkstore.ID, error) {
-	if err := j.lock(); err != nil {
-		return chunkstore.ID{}, err
+	var switched bool
+	discarded, err := func() (chunkstore.ID, error) {
+		if err := j.lock(); err != nil {
+			return chunkstore.ID{}, err
+		}
+		defer j.mu.Unlock()
+		return j.rollbackLocked(ctx, to, force, &switched)
+	}()
+	// The kernel's caches are dropped after the lock is released, as by
+	// Restore: dropping a file's pages waits for a read in progress, which
+	// may wait for the lock.
+	if inv := j.cfg.Invalidator; inv != nil && switched {
+		inv.InvalidateAll()
 	}
-	defer j.mu.Unlock()
+	return discarded, err
+}
+
+// rollbackLocked is Rollback under the lock; *switched reports whether the
+// live state moved to the new epoch (and the kernel's caches must go).
+func (j *Journal) rollbackLocked(ctx context.Context, to chunkstore.ID, force bool, switched *bool) (chunkstore.ID, error) {
 	if n := len(j.opens); n > 0 && !force {
 		return chunkstore.ID{}, fmt.Errorf("%w: %d open files in workspace %q; close them, or force the rollback (their handles then fail with ESTALE)", ErrBusy, n, j.cfg.Workspace)
 	}
@@ -54,6 +70,8 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (c
 		return discarded, err
 	}
 	j.m.Seq = rec.Seq // sequence numbers keep growing across rollbacks
+	*switched = true
+	j.generation.Add(1)
 	err = j.update(func(txn *badger.Txn) error {
 		if err := j.putInode(txn, root); err != nil {
 			return err
@@ -79,9 +97,6 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (c
 	j.staging = filepath.Join(j.cfg.Dir, "staging", strconv.FormatUint(uint64(j.m.Epoch), 10))
 	if err := os.MkdirAll(j.staging, 0o700); err != nil {
 		return discarded, j.dataErr("create staging directory", RootIno, err)
-	}
-	if inv := j.cfg.Invalidator; inv != nil {
-		inv.InvalidateAll()
 	}
 	j.dropEpochLater(oldEpoch)
 	ref, err := j.store.SetRef(ctx, j.cfg.Workspace, to, j.ref)
