@@ -46,7 +46,7 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (c
 // live state moved to the new epoch (and the kernel's caches must go).
 func (j *Journal) rollbackLocked(ctx context.Context, to chunkstore.ID, force bool, switched *bool) (chunkstore.ID, error) {
 	if n := len(j.opens); n > 0 && !force {
-		return chunkstore.ID{}, fmt.Errorf("%w: %d open files in workspace %q; close them, or force the rollback (their handles then fail with ESTALE)", ErrBusy, n, j.cfg.Workspace)
+		return chunkstore.ID{}, fmt.Errorf("%w: %d open files in workspace %q; close them, or force the rollback (their handles then fail with ESTALE or EIO)", ErrBusy, n, j.cfg.Workspace)
 	}
 	target, err := j.store.Snapshot(ctx, to)
 	if err != nil {
