@@ -74,4 +74,26 @@
 // the cost is a cache lookup per request that needs a caller, and about
 // 5 µs (one read of /proc) per thread and second (BenchmarkIDMap,
 // BenchmarkReadCreds).
+//
+// # What the kernel caches, and when it is dropped
+//
+// Names, attributes and negative lookups are cached for Options.Timeout;
+// a directory's listing (FOPEN_CACHE_DIR and FOPEN_KEEP_CACHE) and, without
+// passthrough, file pages (FOPEN_KEEP_CACHE) until they change. Changes made
+// through the mount the kernel sees itself: it drops the names and
+// attributes involved, and restarts a directory's listing cache at the next
+// opendir or rewinddir after a create, unlink, rename or link in it. That
+// cache is one per directory, filled from the READDIR replies of whichever
+// handle reads, so every reply is the directory as it is at that moment:
+// a handle's listing is read again at offset 0 and after any change to
+// the directory, and offsets are cookies made from the names (dirCookies),
+// which stay valid from one listing to the next. Changes the journal makes
+// by itself (restore, rollback) reach the kernel through the Invalidator
+// (FUSE notifications: an entry, an inode's attributes and every page of it,
+// which for a directory is its cached listing, or all of them). After a
+// rollback an inode number may name another file than the one an open
+// handle holds: lookups then carry a new generation (journal.Generation),
+// and the kernel replaces its inode (the old handles fail with EIO from
+// then on, ESTALE before) instead of serving the old file's pages and
+// backing file under the new name.
 package fs

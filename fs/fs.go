@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"syscall"
 	"time"
@@ -85,10 +86,19 @@ type FS struct {
 	mu          sync.Mutex
 	nextFh      uint64
 	files       map[uint64]*openFile
-	dirs        map[uint64][]journal.DirEntry
-	backing     map[journal.Ino]*backingRef
+	dirs        map[uint64]*openDir
+	dirState    map[journal.Ino]*dirState // of the directories open
+	allChanges  uint64                    // InvalidateAll calls: every directory changed
+	backing     map[backingKey]*backingRef
 	passthrough bool // false once registering a backing file failed
 	ioLog       ioLog
+}
+
+// backingKey names a backing file: an inode number names another file
+// after a rollback (journal.Generation).
+type backingKey struct {
+	ino journal.Ino
+	gen uint64
 }
 
 type openFile struct {
@@ -111,8 +121,9 @@ func New(j *journal.Journal, opts Options) *FS {
 		j:             j,
 		opts:          opts,
 		files:         make(map[uint64]*openFile),
-		dirs:          make(map[uint64][]journal.DirEntry),
-		backing:       make(map[journal.Ino]*backingRef),
+		dirs:          make(map[uint64]*openDir),
+		dirState:      make(map[journal.Ino]*dirState),
+		backing:       make(map[backingKey]*backingRef),
 		passthrough:   !opts.NoPassthrough,
 	}
 }
@@ -210,10 +221,18 @@ func typeOf(mode uint32) (journal.Type, bool) {
 	return 0, false
 }
 
-// entry fills a lookup reply and counts the kernel's reference.
-func (f *FS) entry(a journal.Attr, out *fuse.EntryOut) {
+// entry fills a lookup reply and counts the kernel's reference. gen is the
+// journal's Generation read before the journal call that gave a: after a
+// rollback, the kernel replaces an inode it holds under the same number
+// (one kept by an open file) by a new one, instead of serving the old
+// one's pages and backing file for the new state's file. (The root is the
+// root in every state, and its generation the kernel's 0.)
+func (f *FS) entry(a journal.Attr, out *fuse.EntryOut, gen uint64) {
 	out.NodeId = uint64(a.Ino)
 	out.Generation = 0
+	if a.Ino != journal.RootIno {
+		out.Generation = gen
+	}
 	fillAttr(a, &out.Attr)
 	out.SetEntryTimeout(f.opts.Timeout)
 	out.SetAttrTimeout(f.opts.Timeout)
@@ -226,6 +245,7 @@ func (f *FS) entry(a journal.Attr, out *fuse.EntryOut) {
 // Lookup implements fuse.RawFileSystem. A missing name is cached by the
 // kernel as a negative entry.
 func (f *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	gen := f.j.Generation()
 	a, err := f.j.Lookup(bg, ino(h.NodeId), name)
 	if Errno(err) == syscall.ENOENT {
 		out.NodeId = 0
@@ -235,7 +255,7 @@ func (f *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *
 	if err != nil {
 		return f.status(err)
 	}
-	f.entry(a, out)
+	f.entry(a, out, gen)
 	return fuse.OK
 }
 
@@ -339,32 +359,44 @@ func (f *FS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *f
 	if !ok {
 		return fuse.EINVAL
 	}
+	gen := f.j.Generation()
 	a, err := f.j.Mknod(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, t, in.Mode&journal.ModePerm, decodeDev(in.Rdev))
 	if err != nil {
 		return f.status(err)
 	}
-	f.entry(a, out)
+	f.changed(ino(in.NodeId))
+	f.entry(a, out, gen)
 	return fuse.OK
 }
 
 // Mkdir implements fuse.RawFileSystem.
 func (f *FS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	gen := f.j.Generation()
 	a, err := f.j.Mkdir(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, in.Mode&journal.ModePerm)
 	if err != nil {
 		return f.status(err)
 	}
-	f.entry(a, out)
+	f.changed(ino(in.NodeId))
+	f.entry(a, out, gen)
 	return fuse.OK
 }
 
 // Unlink implements fuse.RawFileSystem.
 func (f *FS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return f.status(f.j.Unlink(bg, f.caller(h, false), ino(h.NodeId), name))
+	err := f.j.Unlink(bg, f.caller(h, false), ino(h.NodeId), name)
+	if err == nil {
+		f.changed(ino(h.NodeId))
+	}
+	return f.status(err)
 }
 
 // Rmdir implements fuse.RawFileSystem.
 func (f *FS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	return f.status(f.j.Rmdir(bg, f.caller(h, false), ino(h.NodeId), name))
+	err := f.j.Rmdir(bg, f.caller(h, false), ino(h.NodeId), name)
+	if err == nil {
+		f.changed(ino(h.NodeId))
+	}
+	return f.status(err)
 }
 
 // Rename implements fuse.RawFileSystem.
@@ -373,26 +405,34 @@ func (f *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName 
 	if in.Flags&^known != 0 {
 		return fuse.EINVAL // RENAME_WHITEOUT: overlayfs only
 	}
-	return f.status(f.j.Rename(bg, f.caller(&in.InHeader, false), ino(in.NodeId), oldName, ino(in.Newdir), newName, journal.RenameFlags(in.Flags)))
+	err := f.j.Rename(bg, f.caller(&in.InHeader, false), ino(in.NodeId), oldName, ino(in.Newdir), newName, journal.RenameFlags(in.Flags))
+	if err == nil {
+		f.changed(ino(in.NodeId), ino(in.Newdir))
+	}
+	return f.status(err)
 }
 
 // Link implements fuse.RawFileSystem.
 func (f *FS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	gen := f.j.Generation()
 	a, err := f.j.Link(bg, f.caller(&in.InHeader, false), ino(in.Oldnodeid), ino(in.NodeId), name)
 	if err != nil {
 		return f.status(err)
 	}
-	f.entry(a, out)
+	f.changed(ino(in.NodeId))
+	f.entry(a, out, gen)
 	return fuse.OK
 }
 
 // Symlink implements fuse.RawFileSystem.
 func (f *FS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	gen := f.j.Generation()
 	a, err := f.j.Symlink(bg, f.caller(h, true), ino(h.NodeId), name, target)
 	if err != nil {
 		return f.status(err)
 	}
-	f.entry(a, out)
+	f.changed(ino(h.NodeId))
+	f.entry(a, out, gen)
 	return fuse.OK
 }
 
@@ -445,15 +485,17 @@ func (f *FS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string) 
 
 // Create implements fuse.RawFileSystem.
 func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	gen := f.j.Generation()
 	a, err := f.j.Create(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, in.Mode&journal.ModePerm)
 	if err != nil {
 		return f.status(err)
 	}
+	f.changed(ino(in.NodeId))
 	if st := f.open(a.Ino, in.Flags, &out.OpenOut); st != fuse.OK {
 		// The file exists; the kernel will see it on its next lookup.
 		return st
 	}
-	f.entry(a, &out.EntryOut)
+	f.entry(a, &out.EntryOut, gen)
 	return fuse.OK
 }
 
@@ -472,10 +514,11 @@ func (f *FS) open(n journal.Ino, flags uint32, out *fuse.OpenOut) fuse.Status {
 		return f.status(err)
 	}
 	of := &openFile{h: h}
+	key := backingKey{n, h.Generation()}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if bf := h.Backing(); bf != nil && f.passthrough {
-		ref := f.backing[n]
+		ref := f.backing[key]
 		if ref == nil {
 			id, errno := f.server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(bf.Fd())})
 			if errno != 0 {
@@ -483,7 +526,7 @@ func (f *FS) open(n journal.Ino, flags uint32, out *fuse.OpenOut) fuse.Status {
 				f.opts.Logf("cairn: FUSE passthrough is not available (%v); all I/O goes through the daemon", errno)
 			} else {
 				ref = &backingRef{id: id}
-				f.backing[n] = ref
+				f.backing[key] = ref
 			}
 		}
 		if ref != nil {
@@ -494,7 +537,7 @@ func (f *FS) open(n journal.Ino, flags uint32, out *fuse.OpenOut) fuse.Status {
 		}
 	}
 	if !of.backing {
-		if f.passthrough || f.backing[n] != nil {
+		if f.passthrough || f.backing[key] != nil {
 			// The kernel refuses cached I/O on an inode that others
 			// access by passthrough: go around the page cache.
 			out.OpenFlags |= fuse.FOPEN_DIRECT_IO
@@ -528,9 +571,10 @@ func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	of := f.files[in.Fh]
 	delete(f.files, in.Fh)
 	if of != nil && of.backing {
-		if ref := f.backing[of.h.Ino]; ref != nil {
+		key := backingKey{of.h.Ino, of.h.Generation()}
+		if ref := f.backing[key]; ref != nil {
 			if ref.refs--; ref.refs == 0 {
-				delete(f.backing, of.h.Ino)
+				delete(f.backing, key)
 				if errno := f.server.UnregisterBackingFd(ref.id); errno != 0 {
 					f.opts.Logf("cairn: release backing file of inode %d: %v", of.h.Ino, errno)
 				}
@@ -637,27 +681,127 @@ func (f *FS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOu
 	return fuse.OK
 }
 
-// OpenDir implements fuse.RawFileSystem. The listing is read once, at
-// open, so that offsets stay stable while it is read.
-func (f *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	ents, err := f.j.ReadDir(bg, ino(in.NodeId))
-	if err != nil {
-		return f.status(err)
+// Directories. The kernel caches a directory's listing (FOPEN_CACHE_DIR,
+// kept across opens with FOPEN_KEEP_CACHE) in one cache per inode, which it
+// fills from the READDIR replies of whichever handle reads while the cache
+// is incomplete, and restarts when it sees the directory change: at an
+// opendir or rewinddir after a create, unlink, rename or link through the
+// mount (which bumps the inode's i_version), or once its pages are gone
+// (InvalidateInode, InvalidateAll, after a restore or rollback). So each
+// reply must be the directory as it is now, at whatever offset, whichever
+// handle asks: a handle's listing is read again at offset 0 and whenever
+// the directory changed since it was read (openDir.seen), and offsets are
+// cookies derived from the names (dirCookies), which stay valid across
+// listings, so that a reader between two listings neither skips nor
+// repeats a name that was there all along.
+
+// openDir is an open directory handle.
+type openDir struct {
+	ino  journal.Ino
+	ents []dirEnt // nil: not read yet
+	seen uint64   // dirVersion when ents were read
+}
+
+// dirEnt is a directory entry and its offset.
+type dirEnt struct {
+	journal.DirEntry
+	off uint64
+}
+
+// dirState counts the changes of an open directory.
+type dirState struct {
+	handles int
+	changes uint64
+}
+
+// changed records that the entries of directories dirs changed, so that
+// their open handles read them again (see openDir).
+func (f *FS) changed(dirs ...journal.Ino) {
+	f.mu.Lock()
+	for _, d := range dirs {
+		if s := f.dirState[d]; s != nil {
+			s.changes++
+		}
 	}
+	f.mu.Unlock()
+}
+
+// dirVersionLocked is a number that changes whenever directory d does
+// (while it is open).
+func (f *FS) dirVersionLocked(d journal.Ino) uint64 {
+	v := f.allChanges
+	if s := f.dirState[d]; s != nil {
+		v += s.changes
+	}
+	return v
+}
+
+// The offsets of "." and ".."; an entry's offset (its cookie) is larger.
+const (
+	offDot    = 1
+	offDotDot = 2
+)
+
+// dirCookies sorts ents by cookie, the offset of each: 54 bits of the
+// FNV-1a hash of its name, shifted left by 8, plus 256. Names whose hashes
+// collide (or come within 256 of one another) are ordered by name and take
+// the next free cookies; only a change among such names can make a reader
+// miss or repeat one (about one directory in 2^27 of 10,000 names has any).
+func dirCookies(ents []journal.DirEntry) []dirEnt {
+	out := make([]dirEnt, len(ents))
+	for i, e := range ents {
+		h := uint64(14695981039346656037)
+		for k := 0; k < len(e.Name); k++ {
+			h ^= uint64(e.Name[k])
+			h *= 1099511628211
+		}
+		out[i] = dirEnt{e, (h>>10)<<8 + 256}
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].off != out[b].off {
+			return out[a].off < out[b].off
+		}
+		return out[a].Name < out[b].Name
+	})
+	for i := 1; i < len(out); i++ {
+		out[i].off = max(out[i].off, out[i-1].off+1)
+	}
+	return out
+}
+
+// OpenDir implements fuse.RawFileSystem. The listing is read at the first
+// READDIR (none comes while the kernel's cache of the directory is valid).
+func (f *FS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	d := ino(in.NodeId)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextFh++
 	out.Fh = f.nextFh
 	out.OpenFlags |= fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
-	f.dirs[out.Fh] = ents
+	f.dirs[out.Fh] = &openDir{ino: d}
+	s := f.dirState[d]
+	if s == nil {
+		s = &dirState{}
+		f.dirState[d] = s
+	}
+	s.handles++
 	return fuse.OK
 }
 
 // ReleaseDir implements fuse.RawFileSystem.
 func (f *FS) ReleaseDir(in *fuse.ReleaseIn) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	od := f.dirs[in.Fh]
+	if od == nil {
+		return
+	}
 	delete(f.dirs, in.Fh)
-	f.mu.Unlock()
+	if s := f.dirState[od.ino]; s != nil {
+		if s.handles--; s.handles <= 0 {
+			delete(f.dirState, od.ino)
+		}
+	}
 }
 
 // ReadDir implements fuse.RawFileSystem.
@@ -671,30 +815,61 @@ func (f *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 	return f.readDir(in, out, true)
 }
 
-func (f *FS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+// listing returns the entries of handle fh as the directory is now.
+func (f *FS) listing(fh uint64, offset uint64) ([]dirEnt, journal.Ino, fuse.Status) {
 	f.mu.Lock()
-	ents, ok := f.dirs[in.Fh]
-	f.mu.Unlock()
-	if !ok {
-		return fuse.EBADF
+	od := f.dirs[fh]
+	if od == nil {
+		f.mu.Unlock()
+		return nil, 0, fuse.EBADF
 	}
-	// Offsets: 0 and 1 are "." and "..", 2+i is ents[i]. With plus, the
-	// attributes come from the journal in batches (LookupAll) of the
-	// entries that may fit in the kernel's buffer.
+	v := f.dirVersionLocked(od.ino)
+	ents := od.ents
+	fresh := ents != nil && offset != 0 && od.seen == v
+	f.mu.Unlock()
+	if fresh {
+		return ents, od.ino, fuse.OK
+	}
+	// The kernel sends one READDIR at a time per handle: od is ours.
+	list, err := f.j.ReadDir(bg, od.ino)
+	if err != nil {
+		return nil, 0, f.status(err)
+	}
+	ents = dirCookies(list)
+	f.mu.Lock()
+	od.ents, od.seen = ents, v
+	f.mu.Unlock()
+	return ents, od.ino, fuse.OK
+}
+
+func (f *FS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	gen := f.j.Generation()
+	ents, dir, st := f.listing(in.Fh, in.Offset)
+	if st != fuse.OK {
+		return st
+	}
+	if in.Offset < offDot {
+		e := fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: uint64(dir), Off: offDot}
+		if !f.addDot(out, e, plus) {
+			return fuse.OK
+		}
+	}
+	if in.Offset < offDotDot {
+		e := fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Off: offDotDot}
+		if !f.addDot(out, e, plus) {
+			return fuse.OK
+		}
+	}
+	// The first entry past the offset; with plus, the attributes come
+	// from the journal in batches (LookupAll) of the entries that may fit
+	// in the kernel's buffer.
+	start := sort.Search(len(ents), func(i int) bool { return ents[i].off > in.Offset })
 	var attrs []journal.Attr
 	var errs []error
-	var batchStart uint64
-	for off := in.Offset; off < uint64(len(ents))+2; off++ {
-		e := fuse.DirEntry{Off: off + 1}
-		switch off {
-		case 0:
-			e.Name, e.Mode, e.Ino = ".", syscall.S_IFDIR, in.NodeId
-		case 1:
-			e.Name, e.Mode = "..", syscall.S_IFDIR
-		default:
-			d := ents[off-2]
-			e.Name, e.Mode, e.Ino = d.Name, typeBits(d.Type), uint64(d.Ino)
-		}
+	batchStart := start
+	for i := start; i < len(ents); i++ {
+		d := &ents[i]
+		e := fuse.DirEntry{Name: d.Name, Mode: typeBits(d.Type), Ino: uint64(d.Ino), Off: d.off}
 		if !plus {
 			if !out.AddDirEntry(e) {
 				break
@@ -705,19 +880,15 @@ func (f *FS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.St
 		if eo == nil {
 			break
 		}
-		if off < 2 {
-			continue // the kernel does not look up "." and ".."
-		}
-		i := off - 2
-		if attrs == nil || i >= batchStart+uint64(len(attrs)) {
+		if attrs == nil || i >= batchStart+len(attrs) {
 			// A READDIRPLUS entry takes at least 152 bytes of the buffer.
-			n := min(uint64(len(ents))-i, uint64(in.Size)/152+1)
+			n := min(len(ents)-i, int(in.Size)/152+1)
 			names := make([]string, n)
 			for k := range names {
-				names[k] = ents[i+uint64(k)].Name
+				names[k] = ents[i+k].Name
 			}
 			var err error
-			if attrs, errs, err = f.j.LookupAll(bg, ino(in.NodeId), names); err != nil {
+			if attrs, errs, err = f.j.LookupAll(bg, dir, names); err != nil {
 				return f.status(err)
 			}
 			batchStart = i
@@ -726,9 +897,18 @@ func (f *FS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.St
 			*eo = fuse.EntryOut{} // gone since the listing was read: no entry
 			continue
 		}
-		f.entry(attrs[i-batchStart], eo)
+		f.entry(attrs[i-batchStart], eo, gen)
 	}
 	return fuse.OK
+}
+
+// addDot adds "." or "..", which the kernel does not look up (no
+// attributes with plus).
+func (f *FS) addDot(out *fuse.DirEntryList, e fuse.DirEntry, plus bool) bool {
+	if !plus {
+		return out.AddDirEntry(e)
+	}
+	return out.AddDirLookupEntry(e) != nil
 }
 
 // Passthrough reports whether FUSE passthrough is in use (false if it was

@@ -142,3 +142,121 @@ func TestReadDirPlus_Attrs(t *testing.T) {
 		}
 	}
 }
+
+// TestReadDir_ChangeWhileReading: a directory read in small pieces while
+// names come and go through the mount gives every name that was there all
+// along exactly once, and a rewind gives the directory as it is (the
+// handle's listing is read again at offset 0 and after each change).
+func TestReadDir_ChangeWhileReading(t *testing.T) {
+	dir, _ := mount(t, fs.Options{})
+	d := filepath.Join(dir, "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("keep%03d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n / 2 {
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("gone%03d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fd, err := syscall.Open(d, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	read := func(changes func(round int)) map[string]int {
+		t.Helper()
+		if _, err := syscall.Seek(fd, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		buf := make([]byte, 1024) // a few entries per getdents
+		for round := 0; ; round++ {
+			nb, err := syscall.Getdents(fd, buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if nb == 0 {
+				return seen
+			}
+			var names []string
+			_, _, names = syscall.ParseDirent(buf[:nb], -1, names)
+			for _, name := range names {
+				seen[name]++
+			}
+			if changes != nil {
+				changes(round)
+			}
+		}
+	}
+	changed := 0
+	seen := read(func(round int) {
+		// Each round: some names removed, as many added.
+		for k := 0; k < 10 && changed < n/2; k++ {
+			if err := os.Remove(filepath.Join(d, fmt.Sprintf("gone%03d", changed))); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("new%03d", changed)), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			changed++
+		}
+	})
+	if changed < 100 {
+		t.Fatalf("only %d changes while reading: the pieces are too large", changed)
+	}
+	for i := range n {
+		if name := fmt.Sprintf("keep%03d", i); seen[name] != 1 {
+			t.Errorf("%s listed %d times while others changed", name, seen[name])
+		}
+	}
+	for name, c := range seen {
+		if c != 1 {
+			t.Errorf("%s listed %d times", name, c)
+		}
+	}
+	// Rewound, and in a new listing: the directory as it is now.
+	want := map[string]int{}
+	for i := range n {
+		want[fmt.Sprintf("keep%03d", i)] = 1
+	}
+	for i := range n / 2 {
+		if i < changed {
+			want[fmt.Sprintf("new%03d", i)] = 1
+		} else {
+			want[fmt.Sprintf("gone%03d", i)] = 1
+		}
+	}
+	got := read(nil)
+	delete(got, ".")
+	delete(got, "..")
+	diffNames(t, "rewound listing", got, want)
+	now, err := os.ReadDir(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = map[string]int{}
+	for _, e := range now {
+		got[e.Name()]++
+	}
+	diffNames(t, "new listing", got, want)
+}
+
+func diffNames(t *testing.T, what string, got, want map[string]int) {
+	t.Helper()
+	for name, c := range got {
+		if c != want[name] {
+			t.Errorf("%s: %s %d times, want %d", what, name, c, want[name])
+		}
+	}
+	for name, c := range want {
+		if got[name] == 0 {
+			t.Errorf("%s: %s missing, want %d", what, name, c)
+		}
+	}
+}

@@ -85,21 +85,33 @@ func (f *FS) Invalidator() journal.Invalidator { return invalidator{f} }
 
 type invalidator struct{ f *FS }
 
+// InvalidateEntry drops the kernel's lookup of name in parent, and makes
+// parent's open handles read its entries again.
 func (i invalidator) InvalidateEntry(parent journal.Ino, name string) {
+	i.f.changed(parent)
 	if s := i.f.server; s != nil {
 		s.EntryNotify(uint64(parent), name)
 	}
 }
 
+// InvalidateInode drops the kernel's attributes and pages of ino (of a
+// directory: its cached listing), and makes the open handles of a
+// directory read its entries again.
 func (i invalidator) InvalidateInode(ino journal.Ino) {
+	i.f.changed(ino)
 	if s := i.f.server; s != nil {
-		s.InodeNotify(uint64(ino), 0, -1)
+		s.InodeNotify(uint64(ino), 0, -1) // offset 0, length <= 0: every page
 	}
 }
 
 // InvalidateAll drops the attributes, pages and entries of every inode the
-// kernel knows.
+// kernel knows, and makes every open directory handle read its entries
+// again. (Inodes the kernel keeps for files open across a rollback are
+// replaced at their next lookup: see entry.)
 func (i invalidator) InvalidateAll() {
+	i.f.mu.Lock()
+	i.f.allChanges++
+	i.f.mu.Unlock()
 	s := i.f.server
 	if s == nil {
 		return

@@ -36,8 +36,13 @@ type Handle struct {
 	Ino     Ino
 	write   bool
 	epoch   uint32
+	gen     uint64 // Generation at Open
 	backing *os.File
 }
+
+// Generation is the journal's Generation when h was opened: the inode
+// numbers of handles of different generations name different files.
+func (h *Handle) Generation() uint64 { return h.gen }
 
 // Backing returns the file the kernel may read and write directly for this
 // handle (FUSE passthrough), or nil: reads and writes must go through Read
@@ -70,7 +75,7 @@ func (j *Journal) Open(ctx context.Context, c Caller, ino Ino, write, backing bo
 	if err := checkRegular(n, "open"); err != nil {
 		return nil, err
 	}
-	h := &Handle{Ino: ino, write: write, epoch: j.m.Epoch}
+	h := &Handle{Ino: ino, write: write, epoch: j.m.Epoch, gen: j.generation.Load()}
 	if backing && j.mayPassThrough(n, write) {
 		if h.backing, err = j.openBacking(n, write); err != nil {
 			return nil, err

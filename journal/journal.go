@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -74,7 +75,19 @@ type Journal struct {
 	writers    map[Ino]*writerState // inodes open for passthrough writing
 	prog       progress             // of the running snapshot or restore
 	readOnly   error                // non-nil: changes are refused (SetReadOnly)
+
+	generation atomic.Uint64 // rollbacks since Open (Generation)
 }
+
+// Generation counts the rollbacks since Open. Each moves the live state to
+// a new namespace in which an inode number may name another file than
+// before (a file's number comes from the snapshot), so a FUSE server gives
+// it as the inode generation: the kernel then drops its inodes of the old
+// state instead of serving their cached pages and backing files under the
+// same number. Read it before the operation whose inode numbers it goes
+// with. It changes under the journal's lock, before any inode of the new
+// state can be looked up.
+func (j *Journal) Generation() uint64 { return j.generation.Load() }
 
 // meta is the journal's global state, kept under "m" keys.
 type meta struct {

@@ -175,9 +175,10 @@ func (j *Journal) rebase(ctx context.Context, head chunkstore.ID) error {
 
 // switchEpoch resets the live state to snapshot to (its record target):
 // a fresh epoch whose directories load lazily from to's trees, with
-// sequence number seq; the old epoch is dropped in the background and the
-// kernel's caches invalidated. Handles opened before are stale. On an
-// error the journal is as before.
+// sequence number seq, and a new Generation; the old epoch is dropped in
+// the background. Handles opened before are stale. The caller drops the
+// kernel's caches once it released the lock (see Rollback). On an error
+// the journal is as before.
 func (j *Journal) switchEpoch(to chunkstore.ID, target *chunkstore.Snapshot, seq uint64) error {
 	saved := j.m
 	oldEpoch := j.m.Epoch
@@ -191,6 +192,7 @@ func (j *Journal) switchEpoch(to chunkstore.ID, target *chunkstore.Snapshot, seq
 	}
 	j.m.Seq = seq
 	j.m.Diverged, j.m.DivergedHead = chunkstore.ID{}, chunkstore.ID{}
+	j.generation.Add(1)
 	err = j.update(func(txn *badger.Txn) error {
 		if err := j.putInode(txn, root); err != nil {
 			return err
@@ -218,9 +220,6 @@ func (j *Journal) switchEpoch(to chunkstore.ID, target *chunkstore.Snapshot, seq
 	j.staging = filepath.Join(j.cfg.Dir, "staging", strconv.FormatUint(uint64(j.m.Epoch), 10))
 	if err := os.MkdirAll(j.staging, 0o700); err != nil {
 		return j.dataErr("create staging directory", RootIno, err)
-	}
-	if inv := j.cfg.Invalidator; inv != nil {
-		inv.InvalidateAll()
 	}
 	j.dropEpochLater(oldEpoch)
 	return nil

@@ -105,11 +105,13 @@ func (j *Journal) restoreLocked(ctx context.Context, from chunkstore.ID, paths [
 	var inval []restoredName
 	for _, p := range plans {
 		rp, name, err := j.restorePath(ctx, snap.Root, p)
+		if name.parent != 0 {
+			inval = append(inval, name) // changed, if only in part
+		}
 		if err != nil {
 			return res, inval, fmt.Errorf("restore %s from %s: %w (the state before the restore is snapshot %s)", p.path, from.Short(), err, res.Before.Short())
 		}
 		res.Paths = append(res.Paths, rp)
-		inval = append(inval, name)
 	}
 	return res, inval, nil
 }
@@ -201,13 +203,16 @@ func (j *Journal) restorePath(ctx context.Context, root chunkstore.ID, p restore
 	}
 	now := j.cfg.Clock()
 	made := parent == 0
+	rn := restoredName{parent, name}
 	if made { // planRestore saw to it that the snapshot has p
-		if parent, err = j.makeAncestors(ctx, root, p.path); err != nil {
-			return out, restoredName{}, err
+		// The kernel knows nothing of the directories made here, only of
+		// the existing one that got the first of them: that is the name
+		// whose cached lookup (a negative one, likely) and listing go.
+		if parent, rn, err = j.makeAncestors(ctx, root, p.path); err != nil {
+			return out, rn, err
 		}
 		name = path.Base(p.path)
 	}
-	rn := restoredName{parent, name}
 	parentTime := now
 	if made {
 		parentTime = 0 // a directory just made keeps the snapshot's times
@@ -229,25 +234,30 @@ func (j *Journal) restorePath(ctx context.Context, root chunkstore.ID, p restore
 }
 
 // makeAncestors creates the missing directories above p as empty
-// directories with the snapshot's metadata, and returns p's parent.
-func (j *Journal) makeAncestors(ctx context.Context, root chunkstore.ID, p string) (Ino, error) {
+// directories with the snapshot's metadata, and returns p's parent and the
+// first directory made, named in the existing directory that got it.
+func (j *Journal) makeAncestors(ctx context.Context, root chunkstore.ID, p string) (Ino, restoredName, error) {
 	names := strings.Split(p, "/")
 	dir := RootIno
+	var top restoredName
 	now := j.cfg.Clock() // for the existing directory that gets a new entry
 	for i, n := range names[:len(names)-1] {
 		child, _, ok, err := j.lookupLoaded(ctx, dir, n)
 		if err != nil {
-			return 0, err
+			return 0, top, err
 		}
 		if !ok {
+			if top.parent == 0 {
+				top = restoredName{dir, n}
+			}
 			e, err := j.store.Lookup(ctx, root, strings.Join(names[:i+1], "/"))
 			if err != nil {
-				return 0, err
+				return 0, top, err
 			}
 			shallow := *e
 			shallow.Subtree = chunkstore.ID{} // the directory alone, not its entries
 			if err := j.checkInodeQuota(1); err != nil {
-				return 0, err
+				return 0, top, err
 			}
 			err = j.update(func(txn *badger.Txn) error {
 				var err error
@@ -257,13 +267,13 @@ func (j *Journal) makeAncestors(ctx context.Context, root chunkstore.ID, p strin
 				return j.touchParent(txn, dir, true, now)
 			})
 			if err != nil {
-				return 0, err
+				return 0, top, err
 			}
 			now = 0 // directories made here keep the snapshot's times
 		}
 		dir = child
 	}
-	return dir, nil
+	return dir, top, nil
 }
 
 // touchParent updates a directory whose entries changed: its times (unless

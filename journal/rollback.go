@@ -25,12 +25,28 @@ import (
 // While files are open Rollback refuses (ErrBusy) unless force is set;
 // forced, handles opened before it are stale (see Stale).
 func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (chunkstore.ID, error) {
-	if err := j.lock(); err != nil {
-		return chunkstore.ID{}, err
+	var switched bool
+	discarded, err := func() (chunkstore.ID, error) {
+		if err := j.lock(); err != nil {
+			return chunkstore.ID{}, err
+		}
+		defer j.mu.Unlock()
+		return j.rollbackLocked(ctx, to, force, &switched)
+	}()
+	// The kernel's caches are dropped after the lock is released, as by
+	// Restore: dropping a file's pages waits for a read in progress, which
+	// may wait for the lock.
+	if inv := j.cfg.Invalidator; inv != nil && switched {
+		inv.InvalidateAll()
 	}
-	defer j.mu.Unlock()
+	return discarded, err
+}
+
+// rollbackLocked is Rollback under the lock; *switched reports whether the
+// live state moved to the new epoch (and the kernel's caches must go).
+func (j *Journal) rollbackLocked(ctx context.Context, to chunkstore.ID, force bool, switched *bool) (chunkstore.ID, error) {
 	if n := len(j.opens); n > 0 && !force {
-		return chunkstore.ID{}, fmt.Errorf("%w: %d open files in workspace %q; close them, or force the rollback (their handles then fail with ESTALE)", ErrBusy, n, j.cfg.Workspace)
+		return chunkstore.ID{}, fmt.Errorf("%w: %d open files in workspace %q; close them, or force the rollback (their handles then fail with ESTALE or EIO)", ErrBusy, n, j.cfg.Workspace)
 	}
 	target, err := j.store.Snapshot(ctx, to)
 	if err != nil {
@@ -56,6 +72,7 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (c
 		j.m = saved
 		return discarded, err
 	}
+	*switched = true
 	// A journal that was not on the head (opened without reconciling)
 	// takes the head off the history: it is recorded as lost, so that it
 	// stays listed with its fork command.

@@ -85,9 +85,10 @@ that snapshot. O(1) apart from that snapshot: nothing is copied.
 
 On a mounted workspace the kernel's caches are invalidated at once. While
 files are open in it the rollback is refused, unless --force: then their
-handles fail with ESTALE (files the kernel reads and writes directly, by
-FUSE passthrough, keep the old content until closed; it is never written
-back).
+handles fail with ESTALE, and with EIO once their path is looked up again
+(files the kernel reads and writes directly, by FUSE passthrough, keep the
+old content until then or until closed; it is never written back). New
+opens, listings and stat see the snapshot's state at once.
 
 Examples:
    cairn rollback agent-1 agent-1@3
