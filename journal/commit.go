@@ -42,6 +42,7 @@ func (j *Journal) Snapshot(ctx context.Context, opts SnapshotOptions) (chunkstor
 		return chunkstore.ID{}, err
 	}
 	defer j.mu.Unlock()
+	defer j.useReserve()() // recording a snapshot may use the reserve
 	id, _, err := j.snapshotLocked(ctx, opts, false)
 	return id, err
 }
@@ -182,13 +183,15 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	// The markers of this commit are stale now; delete them so that the
 	// dirty scan at Open stays O(dirty). (A failure leaves harmless stale
 	// markers: Open ignores markers at or below Committed.)
-	wb := j.db.NewWriteBatch()
-	for ino := range j.cache.dirty {
-		if wb.Delete(dirtyKey(j.m.Epoch, ino)) != nil {
-			break
+	if j.space.check(uint64(len(j.cache.dirty))*64, true) == nil {
+		wb := j.db.NewWriteBatch()
+		for ino := range j.cache.dirty {
+			if wb.Delete(dirtyKey(j.m.Epoch, ino)) != nil {
+				break
+			}
 		}
+		_ = wb.Flush()
 	}
-	_ = wb.Flush()
 	clear(j.cache.marked)
 	clear(j.cache.dirty)
 	// Files open for passthrough writing stay dirty: the kernel may write

@@ -43,6 +43,8 @@ func (j *Journal) load(ctx context.Context, dir *inode) (*inode, *chunkstore.Tre
 	if dir.Ino == RootIno {
 		loaded.Nlink = 2 + subdirs // the root has no tree entry to carry it
 	}
+	// Loading a directory is part of reading it: it may use the reserve.
+	defer j.useReserve()()
 	for start := 0; ; start += loadBatch {
 		batch := tree.Entries[start:min(start+loadBatch, len(tree.Entries))]
 		last := start+loadBatch >= len(tree.Entries)
@@ -57,6 +59,9 @@ func (j *Journal) load(ctx context.Context, dir *inode) (*inode, *chunkstore.Tre
 			}
 			return nil
 		})
+		if errors.Is(err, ErrNoSpace) {
+			return nil, nil, fmt.Errorf("load directory %d: %w", dir.Ino, err)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
 		}

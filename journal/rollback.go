@@ -29,6 +29,7 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (c
 		return chunkstore.ID{}, err
 	}
 	defer j.mu.Unlock()
+	defer j.useReserve()()
 	if n := len(j.opens); n > 0 && !force {
 		return chunkstore.ID{}, fmt.Errorf("%w: %d open files in workspace %q; close them, or force the rollback (their handles then fail with ESTALE)", ErrBusy, n, j.cfg.Workspace)
 	}
@@ -125,6 +126,11 @@ func (j *Journal) deleteEpoch(epoch uint32) error {
 			}
 			if n++; n%1000 == 0 {
 				if err := wb.Flush(); err != nil {
+					return err
+				}
+				// Deleting frees space, but its tombstones are written
+				// first: a full disk stops it (Open redoes it).
+				if err := j.space.check(64<<10, true); err != nil {
 					return err
 				}
 				time.Sleep(cleanupPause)
