@@ -42,7 +42,14 @@ func (j *Journal) Snapshot(ctx context.Context, opts SnapshotOptions) (chunkstor
 		return chunkstore.ID{}, err
 	}
 	defer j.mu.Unlock()
-	defer j.useReserve()() // recording a snapshot may use the reserve
+	// A snapshot writes packs, to a local store or an outbox that is
+	// usually on the journal's disk: that is an ordinary write, refused
+	// on a full disk before it starts. Recording the snapshot in the
+	// journal once it is in the store may use the reserve.
+	if err := j.space.check(0, false); err != nil {
+		return chunkstore.ID{}, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+	}
+	defer j.useReserve()()
 	id, _, err := j.snapshotLocked(ctx, opts, false)
 	return id, err
 }

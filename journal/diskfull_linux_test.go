@@ -58,9 +58,9 @@ func TestFault_DiskFull(t *testing.T) {
 // fillDisk writes a file in dir until the disk is full, as a program
 // beside the journal (or a writer through FUSE passthrough, which the
 // journal does not see) would. It returns the file's path.
-func fillDisk(t *testing.T, dir string) string {
+func fillDisk(t *testing.T, dir, name string) string {
 	t.Helper()
-	path := filepath.Join(dir, "filler")
+	path := filepath.Join(dir, name)
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +85,8 @@ func fillDisk(t *testing.T, dir string) string {
 // FUSE passthrough) must not kill the process: Badger writes its memtable
 // log and tables through mmap'd sparse files, and a page it cannot get is
 // SIGBUS. Metadata writes fail with ErrNoSpace, reads work, removing works,
-// a snapshot is recorded from the journal's reserve, close and reopen work
-// on the full disk, and freeing space makes writes work again.
+// a snapshot is refused, close and reopen work on the full disk, and
+// freeing space makes writes and snapshots work again.
 func TestFault_DiskFilledOutside(t *testing.T) {
 	dir := testenv.SmallDisk(t, diskSize)
 	e := newEnv(t)
@@ -96,7 +96,7 @@ func TestFault_DiskFilledOutside(t *testing.T) {
 	must[int](t)(j.Write(ctx, journal.Root, keep.Ino, []byte("kept bytes"), 0))
 	doomed := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "doomed", 0o644))
 	must[int](t)(j.Write(ctx, journal.Root, doomed.Ino, bytes.Repeat([]byte{1}, 1<<20), 0))
-	filler := fillDisk(t, dir)
+	filler := fillDisk(t, dir, "filler")
 
 	// Thousands of metadata writes on the full disk: each is refused, none
 	// reaches a page of Badger's that has no block.
@@ -119,14 +119,13 @@ func TestFault_DiskFilledOutside(t *testing.T) {
 	if _, err := j.ReadDir(ctx, journal.RootIno); err != nil {
 		t.Fatalf("readdir on a full disk: %v", err)
 	}
-	// Removing works, and so does recording a snapshot (the store is on
-	// another disk here): both may use the reserve.
+	// Removing works (it may use the reserve). A snapshot, which writes
+	// packs (usually to the journal's disk), is refused before it starts.
 	if err := j.Unlink(ctx, journal.Root, journal.RootIno, "doomed"); err != nil {
 		t.Fatalf("unlink on a full disk: %v", err)
 	}
-	snap, err := j.Snapshot(ctx, journal.SnapshotOptions{Message: "on a full disk"})
-	if err != nil {
-		t.Fatalf("snapshot on a full disk: %v", err)
+	if _, err := j.Snapshot(ctx, journal.SnapshotOptions{Message: "on a full disk"}); !errors.Is(err, journal.ErrNoSpace) {
+		t.Fatalf("snapshot on a full disk: %v, want ErrNoSpace", err)
 	}
 	// The journal closes and opens on the full disk, with what it had.
 	if err := j.Close(); err != nil {
@@ -139,12 +138,25 @@ func TestFault_DiskFilledOutside(t *testing.T) {
 	if _, err := j.Lookup(ctx, journal.RootIno, "doomed"); !errors.Is(err, journal.ErrNotFound) {
 		t.Fatalf("doomed after reopen: %v", err)
 	}
-	if st := must[journal.Status](t)(j.Status(ctx)); st.Base != snap {
-		t.Fatalf("base after reopen %s, want the snapshot %s", st.Base.Short(), snap.Short())
-	}
 	if _, err := j.Create(ctx, journal.Root, journal.RootIno, "still-full", 0o644); !errors.Is(err, journal.ErrNoSpace) {
 		t.Fatalf("create after reopening on a full disk: %v, want ErrNoSpace", err)
 	}
+
+	// With not one block left and the reserve spent, the journal does not
+	// open: it says so, and opens once there is room.
+	if err := j.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	last := fillDisk(t, dir, "last")
+	_, err := journal.Open(ctx, journal.Config{Dir: jdir, Store: e.store, Workspace: "ws"})
+	if !errors.Is(err, journal.ErrNoSpace) {
+		t.Fatalf("open on a disk without a free block: %v, want ErrNoSpace", err)
+	}
+	t.Logf("open on a full disk: %v", err)
+	if err := os.Remove(last); err != nil {
+		t.Fatal(err)
+	}
+	j = e.open("ws", jdir, chunkstore.ID{})
 
 	// Space comes back: writes work again, and last.
 	if err := os.Remove(filler); err != nil {
@@ -153,7 +165,7 @@ func TestFault_DiskFilledOutside(t *testing.T) {
 	g := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "after", 0o644))
 	must[int](t)(j.Write(ctx, journal.Root, g.Ino, []byte("fine"), 0))
 	must[int](t)(j.Write(ctx, journal.Root, keep.Ino, []byte(" and more"), 10))
-	must[chunkstore.ID](t)(j.Snapshot(ctx, journal.SnapshotOptions{Message: "after"}))
+	snap := must[chunkstore.ID](t)(j.Snapshot(ctx, journal.SnapshotOptions{Message: "after"}))
 	j.Close()
 	j = e.open("ws", jdir, chunkstore.ID{})
 	if got := readAll(t, j, must[journal.Attr](t)(j.Lookup(ctx, journal.RootIno, "keep")).Ino); string(got) != "kept bytes and more" {
@@ -161,6 +173,9 @@ func TestFault_DiskFilledOutside(t *testing.T) {
 	}
 	if got := readAll(t, j, must[journal.Attr](t)(j.Lookup(ctx, journal.RootIno, "after")).Ino); string(got) != "fine" {
 		t.Fatalf("after freeing space and reopening: %q", got)
+	}
+	if st := must[journal.Status](t)(j.Status(ctx)); st.Base != snap || st.DirtyInodes != 0 {
+		t.Fatalf("after reopening: base %s with %d dirty inodes, want the snapshot %s, clean", st.Base.Short(), st.DirtyInodes, snap.Short())
 	}
 }
 

@@ -79,7 +79,9 @@ func newSpace(dir, metaDir string, opts badger.Options, logf func(string, ...any
 	flush := uint64(opts.MemTableSize) + uint64(opts.MemTableSize)/4
 	s := &space{dir: dir, metaDir: metaDir, walSize: wal, flushNeed: flush, logf: logf, wals: make(map[string]struct{})}
 	s.floor = flush + uint64(wal) + reserveMinFree
-	s.reserveSize = int64(s.floor)
+	// Released, the reserve covers the flush of a closing journal and
+	// leaves the floor for opening it again.
+	s.reserveSize = int64(s.floor + flush)
 	s.need = s.floor + snapshotNeed + checkBytes
 	return s
 }
