@@ -7,9 +7,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cairnfs/cairn/chunkstore"
+	"github.com/cairnfs/cairn/chunkstore/backend/local"
+	"github.com/cairnfs/cairn/chunkstore/chunkstoretest"
 	"github.com/cairnfs/cairn/journal"
 
 	"github.com/cairnfs/cairn/internal/testenv"
@@ -224,5 +229,60 @@ func TestFault_DiskFullOfMetadata(t *testing.T) {
 		if err := j.Unlink(ctx, journal.Root, journal.RootIno, fmt.Sprintf("f%d", i)); err != nil {
 			t.Fatalf("unlink f%d: %v", i, err)
 		}
+	}
+}
+
+// The disk fills up during a snapshot (its packs go to a local store on
+// the journal's disk): once the snapshot is in the store, the journal
+// records it from its reserve, so the snapshot is done and the journal
+// clean, not "done, but recording it in the journal failed".
+func TestFault_DiskFullDuringSnapshot(t *testing.T) {
+	dir := testenv.SmallDisk(t, diskSize)
+	be, err := local.Open(filepath.Join(dir, "store"), local.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	store := chunkstoretest.NewStore(t, be, chunkstore.InitOptions{}, chunkstore.Options{})
+	var logs bytes.Buffer
+	j, err := journal.Open(ctx, journal.Config{Dir: dir + "/journal", Store: store, Workspace: "ws",
+		Logf: func(format string, args ...any) { fmt.Fprintf(&logs, format+"\n", args...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	// A file whose staging copy and packs (incompressible: as large) fit
+	// on the disk, but leave it below what Badger needs.
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	size := (free/2 - 8<<20) &^ (1<<20 - 1)
+	if size < 64<<20 {
+		t.Fatalf("only %d MiB free on the %s disk", free>>20, diskSize)
+	}
+	f := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "big", 0o644))
+	data := make([]byte, 1<<20)
+	rng := rand.NewChaCha8([32]byte{2})
+	for off := int64(0); off < size; off += int64(len(data)) {
+		rng.Read(data)
+		if _, err := j.Write(ctx, journal.Root, f.Ino, data, off); err != nil {
+			t.Fatalf("write at %d MiB of %d: %v", off>>20, size>>20, err)
+		}
+	}
+	id, err := j.Snapshot(ctx, journal.SnapshotOptions{Message: "fills the disk"})
+	if err != nil {
+		t.Fatalf("snapshot: %v\nlog:\n%s", err, logs.String())
+	}
+	if !strings.Contains(logs.String(), "released the journal's reserve") {
+		t.Fatalf("the snapshot did not need the reserve (the test's sizes are off); log:\n%s", logs.String())
+	}
+	if st := must[journal.Status](t)(j.Status(ctx)); st.Base != id || st.DirtyInodes != 0 {
+		t.Fatalf("after the snapshot: base %s with %d dirty inodes, want %s, clean", st.Base.Short(), st.DirtyInodes, id.Short())
+	}
+	// Ordinary writes wait for space to come back.
+	if _, err := j.Create(ctx, journal.Root, journal.RootIno, "more", 0o644); !errors.Is(err, journal.ErrNoSpace) {
+		t.Fatalf("create after the disk filled: %v, want ErrNoSpace", err)
 	}
 }
