@@ -286,3 +286,47 @@ func TestFault_DiskFullDuringSnapshot(t *testing.T) {
 		t.Fatalf("create after the disk filled: %v, want ErrNoSpace", err)
 	}
 }
+
+// Opening a stored file for writing on a full disk (a copy-up) fails with
+// ErrNoSpace, not EIO, and leaves no staging file; the file still reads,
+// and opens for writing once there is room.
+func TestFault_DiskFullCopyUp(t *testing.T) {
+	dir := testenv.SmallDisk(t, diskSize)
+	e := newEnv(t)
+	j := e.open("ws", t.TempDir(), chunkstore.ID{})
+	data := make([]byte, 8<<20)
+	rand.NewChaCha8([32]byte{4}).Read(data)
+	f := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "big", 0o644))
+	must[int](t)(j.Write(ctx, journal.Root, f.Ino, data, 0))
+	snap := must[chunkstore.ID](t)(j.Snapshot(ctx, journal.SnapshotOptions{}))
+
+	jdir := dir + "/journal"
+	j2 := e.open("fork", jdir, snap)
+	big := must[journal.Attr](t)(j2.Lookup(ctx, journal.RootIno, "big"))
+	filler := fillDisk(t, dir, "filler")
+	if _, err := j2.Open(ctx, journal.Root, big.Ino, true, true); !errors.Is(err, journal.ErrNoSpace) {
+		t.Fatalf("open for writing (copy-up) on a full disk: %v, want ErrNoSpace", err)
+	}
+	if _, err := j2.Write(ctx, journal.Root, big.Ino, []byte("x"), 0); !errors.Is(err, journal.ErrNoSpace) {
+		t.Fatalf("write (copy-up) on a full disk: %v, want ErrNoSpace", err)
+	}
+	staged, _ := filepath.Glob(filepath.Join(jdir, "staging", "*", "*"))
+	if len(staged) != 0 {
+		t.Fatalf("staging files after a failed copy-up: %v", staged)
+	}
+	if got := readAll(t, j2, big.Ino); !bytes.Equal(got, data) {
+		t.Fatal("the file reads wrong after a failed copy-up")
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	h := must[*journal.Handle](t)(j2.Open(ctx, journal.Root, big.Ino, true, true))
+	must[int](t)(j2.Write(ctx, journal.Root, big.Ino, []byte("x"), 0))
+	if err := j2.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	data[0] = 'x'
+	if got := readAll(t, j2, big.Ino); !bytes.Equal(got, data) {
+		t.Fatal("the file reads wrong after the copy-up")
+	}
+}
