@@ -16,7 +16,8 @@ import (
 
 // fullHome is an instance whose HOME (journals, cache, the default local
 // store) is a small tmpfs.
-func fullHome(t *testing.T, size string) *instance {
+// storeOutside: the store is a local directory on another disk.
+func fullHome(t *testing.T, size string, storeOutside bool) *instance {
 	testenv.NeedRoot(t, "FUSE mounts and a small tmpfs", true)
 	home := shortTempDir(t)
 	if err := unix.Mount("tmpfs", home, "tmpfs", 0, "size="+size); err != nil {
@@ -24,6 +25,9 @@ func fullHome(t *testing.T, size string) *instance {
 	}
 	t.Cleanup(func() { unix.Unmount(home, unix.MNT_DETACH) })
 	in := &instance{t: t, home: home, store: filepath.Join(home, "store")}
+	if storeOutside {
+		in.store = filepath.Join(shortTempDir(t), "store")
+	}
 	t.Cleanup(in.unmountAll) // before the tmpfs goes
 	in.must("init")
 	return in
@@ -54,7 +58,7 @@ func oneLineOrOK(t *testing.T, what string, r result) {
 // the journal's reserve), unmount and mount again work, and the workspace
 // works again once space is freed.
 func TestDiskFull_Home(t *testing.T) {
-	in := fullHome(t, "256m")
+	in := fullHome(t, "256m", false)
 	mnt := in.mount("ws")
 	keep := bytes.Repeat([]byte("kept "), 2000)
 	if err := os.WriteFile(filepath.Join(mnt, "keep"), keep, 0o644); err != nil {
@@ -155,4 +159,55 @@ func TestDiskFull_Home(t *testing.T) {
 func (in *instance) daemonLog(ws string) string {
 	b, _ := os.ReadFile(filepath.Join(in.home, "workspaces", ws, "daemon.log"))
 	return string(b)
+}
+
+// With the store elsewhere, the journal itself refuses to open on a HOME
+// without room for Badger: the mount fails in one line that says how much
+// is free and needed, the daemon's log says it too, and the mount works
+// once space is freed.
+func TestDiskFull_MountRefused(t *testing.T) {
+	in := fullHome(t, "256m", true)
+	mnt := in.mount("ws")
+	if err := os.WriteFile(filepath.Join(mnt, "keep"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Filling HOME through the mount spends the journal's reserve (its
+	// release needs it), then fill the rest from outside.
+	if out, err := exec.Command("dd", "if=/dev/urandom", "of="+filepath.Join(mnt, "fill"), "bs=1M", "count=1024").CombinedOutput(); err == nil {
+		t.Fatalf("dd filling HOME: no error\n%s", out)
+	}
+	in.must("unmount", "ws")
+	outside := filepath.Join(in.home, "outside")
+	if out, err := exec.Command("dd", "if=/dev/zero", "of="+outside, "bs=1M", "count=1024").CombinedOutput(); err == nil {
+		t.Fatalf("dd filling HOME from outside: no error\n%s", out)
+	}
+	dir := shortTempDir(t)
+	r := in.run("mount", "ws", dir)
+	if r.code == 0 {
+		in.cleanupMount("ws", dir)
+		t.Fatal("mount on a disk without a free block succeeded")
+	}
+	oneLineOrOK(t, "cairn mount", r)
+	if !strings.Contains(r.stderr, "no space left in "+in.home) || !strings.Contains(r.stderr, "the journal needs") {
+		t.Fatalf("mount's error does not name HOME and what the journal needs: %s", r.stderr)
+	}
+	log := in.daemonLog("ws")
+	if !strings.Contains(log, "no space left in "+in.home) || strings.Contains(log, "goroutine") {
+		t.Fatalf("the daemon's log does not say why the mount failed:\n%s", log)
+	}
+	oneLineOrOK(t, "cairn snapshot (offline)", in.run("snapshot", "ws"))
+	if err := os.Remove(outside); err != nil {
+		t.Fatal(err)
+	}
+	in.mountAt("ws", dir)
+	if got, err := os.ReadFile(filepath.Join(dir, "keep")); err != nil || string(got) != "kept" {
+		t.Fatalf("read after mounting again: %q, %v", got, err)
+	}
+	if err := os.Remove(filepath.Join(dir, "fill")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "after"), []byte("fine"), 0o644); err != nil {
+		t.Fatalf("write after freeing space: %v", err)
+	}
+	in.must("snapshot", "ws")
 }

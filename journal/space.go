@@ -252,8 +252,10 @@ func mib(n uint64) string {
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 	case n >= 1<<20:
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
-	return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // useReserve lets the running operation use the disk's reserve (see
