@@ -24,6 +24,9 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 	if err != nil {
 		return Attr{}, err
 	}
+	if in.Valid&SetSize != 0 && in.Size < cur.Size {
+		defer j.useReserve()() // shrinking frees space: it works on a full disk
+	}
 	if in.Valid&SetMode != 0 && cur.Type == TypeSymlink {
 		return Attr{}, fmt.Errorf("chmod of symlink %d: %w", ino, ErrNotSupported)
 	}

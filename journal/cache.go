@@ -102,6 +102,9 @@ func (j *Journal) delInode(txn *badger.Txn, ino Ino) error {
 // write runs fn in a read-write transaction and publishes the inode records
 // it wrote to the cache if it committed.
 func (j *Journal) write(fn func(txn *badger.Txn) error) error {
+	if err := j.space.check(txnEstimate, j.reserved > 0); err != nil {
+		return err
+	}
 	j.cache.begin()
 	err := j.db.Update(fn)
 	j.cache.end(err == nil)

@@ -42,6 +42,14 @@ func (j *Journal) Snapshot(ctx context.Context, opts SnapshotOptions) (chunkstor
 		return chunkstore.ID{}, err
 	}
 	defer j.mu.Unlock()
+	// A snapshot writes packs, to a local store or an outbox that is
+	// usually on the journal's disk: that is an ordinary write, refused
+	// on a full disk before it starts. Recording the snapshot in the
+	// journal once it is in the store may use the reserve.
+	if err := j.space.check(0, false); err != nil {
+		return chunkstore.ID{}, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+	}
+	defer j.useReserve()()
 	id, _, err := j.snapshotLocked(ctx, opts, false)
 	return id, err
 }
@@ -163,13 +171,15 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	// The markers of this commit are stale now; delete them so that the
 	// dirty scan at Open stays O(dirty). (A failure leaves harmless stale
 	// markers: Open ignores markers at or below Committed.)
-	wb := j.db.NewWriteBatch()
-	for ino := range j.cache.dirty {
-		if wb.Delete(dirtyKey(j.m.Epoch, ino)) != nil {
-			break
+	if j.space.check(uint64(len(j.cache.dirty))*64, true) == nil {
+		wb := j.db.NewWriteBatch()
+		for ino := range j.cache.dirty {
+			if wb.Delete(dirtyKey(j.m.Epoch, ino)) != nil {
+				break
+			}
 		}
+		_ = wb.Flush()
 	}
-	_ = wb.Flush()
 	clear(j.cache.marked)
 	clear(j.cache.dirty)
 	// Files open for passthrough writing stay dirty: the kernel may write

@@ -71,6 +71,15 @@ func (j *Journal) stage(n *inode, empty bool) (File, error) {
 		return nil, j.dataErr("create staging file", n.Ino, err)
 	}
 	if !empty && n.Size > 0 {
+		// The copy-up's bytes are an ordinary write, whoever asks. A
+		// sparse file's size says little of its data: past copyUpCheck,
+		// the copy's own ENOSPC (below) is the check.
+		if err := j.space.check(min(n.Size, copyUpCheck), false); err != nil {
+			f.Close()
+			delete(j.files, n.Ino)
+			j.cfg.FS.Remove(j.stagingPath(n.Ino))
+			return nil, fmt.Errorf("copy-up of inode %d: %w", n.Ino, err)
+		}
 		if err := j.copyUp(n, f); err != nil {
 			f.Close()
 			delete(j.files, n.Ino)
@@ -324,6 +333,9 @@ func (j *Journal) writeLocked(c Caller, n *inode, p []byte, off int64, now int64
 		if err := j.trim(f, n); err != nil {
 			return 0, err
 		}
+	}
+	if err := j.space.check(uint64(len(p)), false); err != nil {
+		return 0, fmt.Errorf("write of inode %d: %w", ino, err)
 	}
 	written, err := f.WriteAt(p, off)
 	if err != nil {
@@ -584,6 +596,7 @@ func (j *Journal) Fsync(ctx context.Context, ino Ino, dataOnly bool) error {
 		return err
 	}
 	defer j.mu.Unlock()
+	defer j.useReserve()()
 	n, err := j.inode(ino)
 	if err != nil {
 		return err

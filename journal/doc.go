@@ -43,6 +43,16 @@
 //  4. Rollback snapshots the state it discards first, then switches to a
 //     fresh epoch based on the target snapshot: O(1) after that snapshot.
 //
+// # Full disk
+//
+// A full disk is ErrNoSpace (ENOSPC) to the writer, never a crash: Badger
+// writes through mmap'd sparse files, where a missing block is SIGBUS, so
+// the journal guards its disk (space.go). Ordinary writes stop while the
+// disk has less free than Badger and a snapshot's bookkeeping may need;
+// reads, removals, truncation, release, fsync and recording a snapshot go
+// on from a reserve file the journal keeps, even when something else
+// filled the disk; writes work again once space is freed.
+//
 // # Concurrency
 //
 // A Journal serialises its operations with one mutex: Badger transactions

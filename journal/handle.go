@@ -76,6 +76,9 @@ func (j *Journal) Open(ctx context.Context, c Caller, ino Ino, write, backing bo
 		return nil, err
 	}
 	h := &Handle{Ino: ino, write: write, epoch: j.m.Epoch, gen: j.generation.Load()}
+	// Opening a staged file for writing (to truncate it, say) works on a
+	// full disk; a copy-up checks for its own bytes (stage).
+	defer j.useReserve()()
 	if backing && j.mayPassThrough(n, write) {
 		if h.backing, err = j.openBacking(n, write); err != nil {
 			return nil, err
@@ -172,6 +175,7 @@ func (j *Journal) stageClean(n *inode) (File, error) {
 func (j *Journal) Release(ctx context.Context, h *Handle) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	defer j.useReserve()() // records what a passthrough writer wrote: never lost to a full disk
 	var errs []error
 	if h.backing != nil {
 		errs = append(errs, h.backing.Close())

@@ -75,6 +75,8 @@ type Journal struct {
 	writers    map[Ino]*writerState // inodes open for passthrough writing
 	prog       progress             // of the running snapshot or restore
 	readOnly   error                // non-nil: changes are refused (SetReadOnly)
+	space      *space               // the full-disk guard (space.go)
+	reserved   int                  // > 0: the running operation may use the disk's reserve
 
 	generation atomic.Uint64 // rollbacks since Open (Generation)
 }
@@ -155,12 +157,25 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if err := repairBadger(metaDir); err != nil {
 		return nil, err
 	}
-	db, err := badger.Open(badgerOptions(metaDir))
+	opts := badgerOptions(metaDir)
+	sp := newSpace(cfg.Dir, metaDir, opts, cfg.Logf)
+	if err := sp.open(); err != nil {
+		return nil, err
+	}
+	db, err := badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("open journal metadata in %s: %w", cfg.Dir, err)
 	}
 	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache(), trimmed: make(map[Ino]struct{}),
-		opens: make(map[Ino]int), writers: make(map[Ino]*writerState)}
+		opens: make(map[Ino]int), writers: make(map[Ino]*writerState), space: sp}
+	if err := sp.refresh(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	// Opening (initialising, finishing an interrupted snapshot, recovering
+	// handles) must work on a full disk: it may use the reserve.
+	j.reserved++
+	defer func() { j.reserved-- }()
 	if err := j.open(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -340,6 +355,7 @@ func (j *Journal) Close() error {
 		errs = append(errs, f.Close())
 		delete(j.files, ino)
 	}
+	j.space.close()
 	errs = append(errs, j.db.Close())
 	return errors.Join(errs...)
 }

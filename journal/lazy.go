@@ -50,6 +50,8 @@ func (j *Journal) load(ctx context.Context, dir *inode) (*inode, *chunkstore.Tre
 	if dir.Ino == RootIno {
 		loaded.Nlink = 2 + subdirs // the root has no tree entry to carry it
 	}
+	// Loading a directory is part of reading it: it may use the reserve.
+	defer j.useReserve()()
 	err = j.writeSplit(func(w *splitWriter) error {
 		for i := range tree.Entries {
 			if i > 0 && i%loadBatch == 0 {
@@ -63,6 +65,9 @@ func (j *Journal) load(ctx context.Context, dir *inode) (*inode, *chunkstore.Tre
 		}
 		return w.putInode(&loaded)
 	})
+	if errors.Is(err, ErrNoSpace) {
+		return nil, nil, fmt.Errorf("load directory %d: %w", dir.Ino, err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: load directory %d: %v", ErrIO, dir.Ino, err)
 	}

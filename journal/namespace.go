@@ -390,6 +390,7 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 		return err
 	}
 	defer j.mu.Unlock()
+	defer j.useReserve()() // removing frees space: it works on a full disk
 	if err := j.ensureDir(ctx, parent); err != nil {
 		return err
 	}

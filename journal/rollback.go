@@ -31,6 +31,7 @@ func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (c
 			return chunkstore.ID{}, err
 		}
 		defer j.mu.Unlock()
+		defer j.useReserve()()
 		return j.rollbackLocked(ctx, to, force, &switched)
 	}()
 	// The kernel's caches are dropped after the lock is released, as by
@@ -137,6 +138,11 @@ func (j *Journal) deleteEpoch(epoch uint32) error {
 			}
 			if n++; n%1000 == 0 {
 				if err := wb.Flush(); err != nil {
+					return err
+				}
+				// Deleting frees space, but its tombstones are written
+				// first: a full disk stops it (Open redoes it).
+				if err := j.space.check(64<<10, true); err != nil {
 					return err
 				}
 				time.Sleep(cleanupPause)

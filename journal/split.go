@@ -33,11 +33,20 @@ type splitWriter struct {
 	commits int // transactions committed so far
 }
 
+// splitEstimate is the bytes the full-disk guard counts for one
+// transaction of writeSplit: Badger's limit with the journal's options.
+const splitEstimate = 4 << 20
+
 // writeSplit runs fn, whose writes go through w, committing a transaction
 // and starting the next whenever the current one is full. The inode records
 // of each committed transaction are published to the cache as it commits.
 // If fn or a commit fails, what was committed before stays.
 func (j *Journal) writeSplit(fn func(w *splitWriter) error) error {
+	// The full-disk guard, as for j.write: each transaction is counted as
+	// one at Badger's size limit (next checks again).
+	if err := j.space.check(splitEstimate, j.reserved > 0); err != nil {
+		return err
+	}
 	w := &splitWriter{j: j, txn: j.db.NewTransaction(true)}
 	j.cache.begin()
 	err := fn(w)
@@ -76,6 +85,10 @@ func (w *splitWriter) next() error {
 		return err
 	}
 	w.commits++
+	if err := w.j.space.check(splitEstimate, w.j.reserved > 0); err != nil {
+		w.txn = w.j.db.NewTransaction(true) // discarded by writeSplit
+		return err
+	}
 	if splitCommitted != nil {
 		if err := splitCommitted(w.commits); err != nil {
 			return err
