@@ -33,7 +33,9 @@ func lockWorkspace(home, ws string) (*os.File, error) {
 	case rerr == nil && r.Alive():
 		return nil, fmt.Errorf("%w: workspace %q is mounted at %s already (daemon pid %d); `cairn unmount %s` first", ErrBusy, ws, r.Dir, r.PID, ws)
 	case rerr == nil:
-		return nil, fmt.Errorf("%w: the daemon of workspace %q (pid %d, mount %s) is gone but its process has not ended; `cairn unmount %s` cleans it up", ErrBusy, ws, r.PID, r.Dir, ws)
+		// Its daemon is dead but not ended (stuck in the kernel), or runs
+		// in a pid namespace this process does not see.
+		return nil, fmt.Errorf("%w: workspace %q is held by another process: its daemon (pid %d, mounted at %s) still runs, or has not ended; `cairn unmount %s` stops it or cleans it up", ErrBusy, ws, r.PID, r.Dir, ws)
 	default:
 		return nil, fmt.Errorf("%w: workspace %q is in use by another cairn process on this machine (a daemon starting or exiting); retry in a moment, or `cairn unmount %s`", ErrBusy, ws, ws)
 	}
