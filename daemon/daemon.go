@@ -83,7 +83,7 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 	// refused here has touched nothing of the daemon that holds it (its
 	// lease, which this process would re-acquire and release as its own,
 	// its record, its socket). The lock is the process's until it exits.
-	lock, err := lockWorkspace(cfg.Home, cfg.Workspace)
+	lock, err := LockWorkspace(cfg.Home, cfg.Workspace)
 	if err != nil {
 		return err
 	}

@@ -8,13 +8,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lockWorkspace takes the exclusive lock of workspace ws's local state
+// LockWorkspace takes the exclusive lock of workspace ws's local state
 // (Paths.Lock, flock(2)): one daemon per workspace and state directory.
+// A daemon takes it before anything else, so that a refused mount touches
+// nothing of the one that holds the workspace; a verb that opens the
+// journal or the lease of an unmounted workspace takes it the same way.
 // The lock is held while the returned file is open, and by the kernel
 // until the process is gone (a killed daemon's lock is free again once it
 // has exited). A workspace locked by another process is ErrBusy, saying
 // which daemon has it.
-func lockWorkspace(home, ws string) (*os.File, error) {
+func LockWorkspace(home, ws string) (*os.File, error) {
 	p := PathsOf(home, ws)
 	f, err := os.OpenFile(p.Lock, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
