@@ -277,7 +277,7 @@ type daemon struct {
 // served on until abort.
 func (d *daemon) detach() {
 	for i := 0; i < 10; i++ {
-		if _, dev, ok := mountAt(d.dir); !ok || dev != d.dev {
+		if _, dev, ok := mountAt(d.dir); !ok || (d.dev != "" && dev != d.dev) {
 			return // unmounted already (by someone else)
 		}
 		if unix.Unmount(d.dir, 0) == nil {
