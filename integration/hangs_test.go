@@ -13,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cairnfs/cairn/chunkstore/backend/s3/s3test"
+	"github.com/cairnfs/cairn/internal/s3fault"
+	"github.com/cairnfs/cairn/internal/testenv"
 )
 
 // started is a run of the binary in the background.
@@ -471,4 +475,54 @@ func TestHangs_SnapshotHoldsMappedWrites(t *testing.T) {
 			t.Errorf("%v: the snapshot taken with the file mapped and dirty holds %d bytes (%q...), want the mapped writes", mode, len(got), got[:min(len(got), 20)])
 		}
 	}
+}
+
+// SIGTERM ends a `cairn mount` whose daemon is still starting (here: its
+// lease takes forever to read), stops that daemon, and says that nothing
+// is mounted.
+func TestHangs_MountSIGTERM(t *testing.T) {
+	srv := s3test.Start(t)
+	proxy := s3fault.Start(t, srv.Endpoint)
+	testenv.NeedRoot(t, "FUSE mounts", true)
+	in := &instance{t: t, home: shortTempDir(t),
+		store: "s3://" + srv.NewBucket(t) + "/ws?endpoint=" + proxy.URL() + "&region=" + srv.Region,
+		extra: []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}}
+	t.Cleanup(in.unmountAll)
+	in.must("init")
+	proxy.Inject(s3fault.Fault{Kind: s3fault.Latency, Delay: 10 * time.Minute, Match: s3fault.Match{KeyContains: "leases/"}})
+	dir := shortTempDir(t)
+	mnt := in.startCairn("mount", "slow", dir)
+	lock := filepath.Join(in.home, "workspaces", "slow", "lock")
+	for deadline := time.Now().Add(time.Minute); !flocked(lock); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon never started: %q", mnt.stderr.String())
+		}
+	}
+	mnt.cmd.Process.Signal(syscall.SIGTERM)
+	code := mnt.wait(t, time.Minute, "cairn mount after SIGTERM")
+	if msg := mnt.stderr.String(); code == 0 || !strings.Contains(msg, "interrupted") || !strings.Contains(msg, "nothing is mounted") {
+		t.Fatalf("mount interrupted while its daemon starts: exit %d, %q", code, msg)
+	}
+	for deadline := time.Now().Add(time.Minute); flocked(lock); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the starting daemon did not stop")
+		}
+	}
+	in.assertNothingLeft("slow", dir)
+	proxy.Clear()
+	in.mountAt("slow", dir)
+}
+
+// flocked reports whether a process holds an flock of path.
+func flocked(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return true
+	}
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
 }
