@@ -74,16 +74,22 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := checkMountPoint(dir); err != nil {
-		return err
-	}
-	if r, err := ReadRecord(cfg.Home, cfg.Workspace); err == nil && r.Alive() {
-		return fmt.Errorf("%w: workspace %q is mounted at %s already (daemon pid %d); `cairn unmount %s` first", ErrBusy, cfg.Workspace, r.Dir, r.PID, cfg.Workspace)
-	}
 	for _, d := range []string{p.Dir, filepath.Dir(p.Socket), p.Cache} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
+	}
+	// The workspace's local lock comes before anything else: a mount
+	// refused here has touched nothing of the daemon that holds it (its
+	// lease, which this process would re-acquire and release as its own,
+	// its record, its socket). The lock is the process's until it exits.
+	lock, err := LockWorkspace(cfg.Home, cfg.Workspace)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := checkMountPoint(dir); err != nil {
+		return err
 	}
 
 	be, err := chunkstore.OpenBackend(ctx, cfg.Store, false)
@@ -188,7 +194,11 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 		}
 		return fmt.Errorf("open the journal of %q: %w", cfg.Workspace, err)
 	}
+	journalOpen := true
 	defer func() {
+		if !journalOpen {
+			return
+		}
 		if cerr := closeJournal(j, journalCloseTimeout); cerr != nil && err == nil {
 			err = fmt.Errorf("close the journal: %w", cerr)
 		}
@@ -203,8 +213,21 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 	if !cfg.NoIDMap && !f.IDMapped() {
 		cfg.Logf("cairn: the kernel does not support id-mapped FUSE mounts (Linux 6.12 and later do): sandboxes bind the workspace with its host owners")
 	}
-	d := &daemon{cfg: cfg, paths: p, dir: dir, j: j, store: store, outbox: ob, lease: lease, fs: f, srv: srv, started: time.Now(), stop: make(chan struct{})}
-	defer d.unmount()
+	_, dev, _ := mountAt(dir)
+	d := &daemon{cfg: cfg, paths: p, dir: dir, dev: dev, j: j, store: store, outbox: ob, lease: lease, fs: f, srv: srv,
+		started: time.Now(), stop: make(chan struct{}), gone: make(chan struct{})}
+	go func() { srv.Wait(); close(d.gone) }()
+	// On the way out: detach the mount, close the journal, then end the
+	// FUSE connection, so that processes still holding the mount (open
+	// files, copies in other mount namespaces) get ENOTCONN, not a hang.
+	defer func() {
+		d.detach()
+		journalOpen = false
+		if cerr := closeJournal(j, journalCloseTimeout); cerr != nil && err == nil {
+			err = fmt.Errorf("close the journal: %w", cerr)
+		}
+		d.abort()
+	}()
 
 	os.Remove(p.Socket) // a stale socket of a killed daemon
 	ln, err := net.Listen("unix", p.Socket)
@@ -226,8 +249,6 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 	}
 	defer os.Remove(p.Record)
 
-	gone := make(chan struct{})
-	go func() { srv.Wait(); close(gone) }()
 	signal(nil)
 	cfg.Logf("cairn: serving workspace %q at %s", cfg.Workspace, dir)
 	select {
@@ -235,7 +256,7 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 		cfg.Logf("cairn: signalled; unmounting %s", dir)
 	case <-d.stop:
 		cfg.Logf("cairn: unmount requested; unmounting %s", dir)
-	case <-gone:
+	case <-d.gone:
 		cfg.Logf("cairn: %s was unmounted", dir)
 	case err := <-lost:
 		// Another machine holds the workspace now. Two must never write
@@ -251,7 +272,7 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 			cfg.Logf("cairn: signalled; unmounting %s", dir)
 		case <-d.stop:
 			cfg.Logf("cairn: unmount requested; unmounting %s", dir)
-		case <-gone:
+		case <-d.gone:
 			cfg.Logf("cairn: %s was unmounted", dir)
 		}
 	}
@@ -303,6 +324,7 @@ type daemon struct {
 	cfg     Config
 	paths   Paths
 	dir     string
+	dev     string // the mount's device ("0:N"; N is its FUSE connection)
 	j       *journal.Journal
 	store   *chunkstore.Store
 	outbox  *outbox.Backend // nil: a local store, written directly
@@ -313,31 +335,53 @@ type daemon struct {
 
 	stopOnce sync.Once
 	stop     chan struct{}
-	mu       sync.Mutex // serialises snapshot and rollback requests
+	gone     chan struct{} // closed when the FUSE server has stopped
+	mu       sync.Mutex    // serialises snapshot and rollback requests
 }
 
-// unmount takes the mount away: politely first, then (files still open
-// after a few seconds) lazily, so the daemon can flush and exit; processes
-// that keep files open then get ENOTCONN.
-func (d *daemon) unmount() {
-	for i := 0; i < 20; i++ {
-		if !isMountPoint(d.dir) {
-			break
+// detach takes the mount away from this mount namespace: politely first,
+// then (files still open) lazily. Processes that hold files or a copy of
+// the mount (another mount namespace: `unshare -m`, `cairn run`) are
+// served on until abort.
+func (d *daemon) detach() {
+	for i := 0; i < 10; i++ {
+		if _, dev, ok := mountAt(d.dir); !ok || (d.dev != "" && dev != d.dev) {
+			return // unmounted already (by someone else)
 		}
-		if err := d.srv.Unmount(); err == nil {
-			break
+		if unix.Unmount(d.dir, 0) == nil {
+			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
-	if isMountPoint(d.dir) {
-		d.cfg.Logf("cairn: %s is busy; detaching it (processes with open files there get ENOTCONN)", d.dir)
-		_ = unix.Unmount(d.dir, unix.MNT_DETACH)
+	d.cfg.Logf("cairn: %s is busy; detaching it (processes with open files there get ENOTCONN once the journal is closed)", d.dir)
+	if err := unix.Unmount(d.dir, unix.MNT_DETACH); err != nil {
+		d.cfg.Logf("cairn: detach %s: %v", d.dir, err)
 	}
-	done := make(chan struct{})
-	go func() { d.srv.Wait(); close(done) }()
+}
+
+// abort ends the FUSE connection once the journal is closed: whatever
+// still holds the mount gets ENOTCONN, and the server's loops end. If
+// fusectl cannot do it, the connection ends when this process exits (the
+// kernel aborts it when /dev/fuse is closed).
+func (d *daemon) abort() {
 	select {
-	case <-done:
+	case <-d.gone:
+		return // the kernel ended it: the last copy of the mount is gone
+	default:
+	}
+	n, ok := connOf(d.dev)
+	if !ok {
+		d.cfg.Logf("cairn: the FUSE connection of %s is unknown (device %q); it ends when this process exits", d.dir, d.dev)
+		return
+	}
+	if err := abortConn(n); err != nil {
+		d.cfg.Logf("cairn: abort the FUSE connection of %s: %v; it ends when this process exits", d.dir, err)
+		return
+	}
+	select {
+	case <-d.gone:
 	case <-time.After(5 * time.Second):
+		d.cfg.Logf("cairn: the FUSE server of %s did not stop after the connection was aborted; exiting anyway", d.dir)
 	}
 }
 
@@ -424,8 +468,8 @@ func (d *daemon) status(ctx context.Context) (*StatusReply, error) {
 	return r, nil
 }
 
-// snapshot flushes the kernel (syncfs of the mount: every write
-// acknowledged before the request is in the journal), then commits.
+// snapshot flushes the kernel (flushKernel: every write acknowledged
+// before the request is in the journal), then commits.
 func (d *daemon) snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotReply, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -433,8 +477,8 @@ func (d *daemon) snapshot(ctx context.Context, req SnapshotRequest) (*SnapshotRe
 		return nil, err
 	}
 	start := time.Now()
-	if err := syncfs(d.dir); err != nil {
-		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
+	if err := d.flushKernel(ctx); err != nil {
+		return nil, err
 	}
 	host, _ := os.Hostname()
 	prov := map[string]string{"mount": d.dir, "host": host}
@@ -479,8 +523,8 @@ func (d *daemon) rollback(ctx context.Context, req RollbackRequest) (*RollbackRe
 	if err != nil {
 		return nil, err
 	}
-	if err := syncfs(d.dir); err != nil {
-		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
+	if err := d.flushKernel(ctx); err != nil {
+		return nil, err
 	}
 	discarded, err := d.j.Rollback(ctx, to, req.Force)
 	if err != nil {
@@ -511,8 +555,8 @@ func (d *daemon) restore(ctx context.Context, req RestoreRequest) (*RestoreReply
 	if err != nil {
 		return nil, err
 	}
-	if err := syncfs(d.dir); err != nil {
-		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
+	if err := d.flushKernel(ctx); err != nil {
+		return nil, err
 	}
 	res, err := d.j.Restore(ctx, from, req.Paths)
 	if err != nil {
@@ -524,23 +568,14 @@ func (d *daemon) restore(ctx context.Context, req RestoreRequest) (*RestoreReply
 func (d *daemon) liveTree(ctx context.Context, _ struct{}) (*LiveTreeReply, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := syncfs(d.dir); err != nil {
-		return nil, fmt.Errorf("syncfs %s: %w", d.dir, err)
+	if err := d.flushKernel(ctx); err != nil {
+		return nil, err
 	}
 	root, err := d.j.LiveTree(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return &LiveTreeReply{Root: root.String()}, nil
-}
-
-func syncfs(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return unix.Syncfs(int(f.Fd()))
 }
 
 // diskUsage is the space the files under dir take on disk.
@@ -630,25 +665,10 @@ func isMountPoint(dir string) bool {
 	return ok
 }
 
-// mountType returns the type of the mount at dir, from
-// /proc/self/mountinfo.
+// mountType returns the type of the mount at dir.
 func mountType(dir string) (string, bool) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", false
-	}
-	typ, found := "", false
-	for _, line := range strings.Split(string(b), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		f := strings.Fields(pre)
-		if !ok || len(f) < 5 || unescapeMount(f[4]) != dir {
-			continue
-		}
-		if pf := strings.Fields(post); len(pf) > 0 {
-			typ, found = pf[0], true // the last mount at dir is the visible one
-		}
-	}
-	return typ, found
+	typ, _, ok := mountAt(dir)
+	return typ, ok
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).
@@ -673,9 +693,18 @@ func unescapeMount(s string) string {
 
 // CleanStale unmounts a mount point whose daemon is gone (lazily: the
 // kernel drops it once unused) and removes the workspace's stale record.
+// With a record (its daemon known dead, or not answering), the mount's
+// FUSE connection is aborted first: a killed daemon whose thread waits on
+// its own mount cannot end until then.
 func CleanStale(home string, r *Record, dir string) error {
 	if r != nil {
 		dir = r.Dir
+		if typ, dev, ok := mountAt(dir); ok && typ == "fuse."+cfs.TypeName {
+			n, ok := connOf(dev)
+			if !ok || abortConn(n) != nil {
+				_ = unix.Unmount(dir, unix.MNT_FORCE) // FUSE aborts the connection at a forced unmount
+			}
+		}
 	}
 	if dir != "" && isMountPoint(dir) {
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {

@@ -15,12 +15,13 @@ import (
 //
 //	HOME/workspaces/WS/journal     the journal (Badger + staging files)
 //	HOME/workspaces/WS/mount.json  the mount record, while a daemon serves it
+//	HOME/workspaces/WS/lock        locked (flock) by the daemon that has the workspace
 //	HOME/workspaces/WS/daemon.log  a detached daemon's log
 //	HOME/workspaces/WS/outbox      uploads to a remote store not done yet (package outbox)
 //	HOME/run/WS.sock               the daemon's control socket
 //	HOME/cache                     the store's local index cache
 type Paths struct {
-	Home, Dir, Journal, Record, Log, Socket, Cache, Outbox string
+	Home, Dir, Journal, Record, Lock, Log, Socket, Cache, Outbox string
 }
 
 // PathsOf returns the paths of workspace ws under home.
@@ -31,6 +32,7 @@ func PathsOf(home, ws string) Paths {
 		Dir:     dir,
 		Journal: filepath.Join(dir, "journal"),
 		Record:  filepath.Join(dir, "mount.json"),
+		Lock:    filepath.Join(dir, "lock"),
 		Log:     filepath.Join(dir, "daemon.log"),
 		Socket:  filepath.Join(home, "run", ws+".sock"),
 		Cache:   filepath.Join(home, "cache"),

@@ -92,6 +92,9 @@ type FS struct {
 	backing     map[backingKey]*backingRef
 	passthrough bool // false once registering a backing file failed
 	ioLog       ioLog
+	// cachedWriters counts the open handles that allow writing without
+	// passthrough (see KernelMayHoldWrites).
+	cachedWriters int
 }
 
 // backingKey names a backing file: an inode number names another file
@@ -104,6 +107,9 @@ type backingKey struct {
 type openFile struct {
 	h       *journal.Handle
 	backing bool // registered as the inode's backing file
+	// cachedWrite: opened for writing without passthrough, so a shared
+	// mapping of it dirties pages in the kernel's page cache.
+	cachedWrite bool
 }
 
 // backingRef is a backing file registered with the kernel for an inode
@@ -545,6 +551,10 @@ func (f *FS) open(n journal.Ino, flags uint32, out *fuse.OpenOut) fuse.Status {
 			out.OpenFlags |= fuse.FOPEN_KEEP_CACHE
 		}
 	}
+	if write && !of.backing {
+		of.cachedWrite = true
+		f.cachedWriters++
+	}
 	// Nothing to do at close(2): writes are in the journal (or in the
 	// backing file) already. This saves a round trip on every close.
 	out.OpenFlags |= fuse.FOPEN_NOFLUSH
@@ -570,6 +580,9 @@ func (f *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	f.mu.Lock()
 	of := f.files[in.Fh]
 	delete(f.files, in.Fh)
+	if of != nil && of.cachedWrite {
+		f.cachedWriters--
+	}
 	if of != nil && of.backing {
 		key := backingKey{of.h.Ino, of.h.Generation()}
 		if ref := f.backing[key]; ref != nil {
@@ -909,6 +922,21 @@ func (f *FS) addDot(out *fuse.DirEntryList, e fuse.DirEntry, plus bool) bool {
 		return out.AddDirEntry(e)
 	}
 	return out.AddDirLookupEntry(e) != nil
+}
+
+// KernelMayHoldWrites reports whether the kernel may hold writes to the
+// mount that have not reached the journal, so that a commit must flush it
+// first (syncfs). The mount has no writeback cache: write(2) without
+// passthrough is sent to the daemon before it returns, and writes through
+// passthrough go to the backing (staging) file itself. What is left are
+// pages dirtied through a shared writable mapping of a file opened for
+// writing without passthrough; the mapping keeps the file open (the kernel
+// writes its pages back when it is unmapped, before the release), so none
+// can be dirty once no such file is open.
+func (f *FS) KernelMayHoldWrites() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cachedWriters > 0
 }
 
 // Passthrough reports whether FUSE passthrough is in use (false if it was

@@ -63,6 +63,13 @@ func mount(dir string, raw fuse.RawFileSystem, o Options, fsName string) (*fuse.
 		}
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
+	// go-fuse leaves the /dev/fuse descriptor of a direct mount inheritable
+	// (v2.12.1). A child that inherited it would keep the connection alive
+	// after this process died, and if it waited on the mount, wait forever.
+	if err := closeFuseOnExec(); err != nil {
+		_ = srv.Unmount()
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		_ = srv.Unmount()
@@ -127,6 +134,23 @@ func (i invalidator) InvalidateAll() {
 	if err := incEpoch(); err != nil {
 		i.f.opts.Logf("cairn: the kernel's cached names could not be dropped (%v): names may resolve to the old state until remount", err)
 	}
+}
+
+// closeFuseOnExec marks this process's /dev/fuse descriptors close-on-exec.
+func closeFuseOnExec() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target != "/dev/fuse" {
+			continue
+		}
+		if fd, err := strconv.Atoi(e.Name()); err == nil {
+			syscall.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 // notifyIncEpoch is FUSE_NOTIFY_INC_EPOCH (Linux 6.16), which go-fuse

@@ -8,11 +8,13 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/cairnfs/cairn/daemon"
 	"github.com/cairnfs/cairn/sandbox"
 )
 
 func main() {
-	sandbox.MaybeInit() // the sandbox's init and command starter: never return
+	sandbox.MaybeInit()  // the sandbox's init and command starter: never return
+	daemon.MaybeSyncfs() // a daemon's syncfs helper: never returns
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	app := newApp()
 	err := app.RunContext(ctx, interspersed(app, os.Args))

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -104,6 +105,10 @@ func runMount(ctx context.Context, opts mountOptions) error {
 		return err
 	}
 	defer logFile.Close()
+	logStart, err := logFile.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -140,8 +145,30 @@ func runMount(ctx context.Context, opts mountOptions) error {
 		return fmt.Errorf("start the daemon: %w", err)
 	}
 	w.Close()
-	line, _ := bufio.NewReader(r).ReadString('\n')
-	line = strings.TrimSuffix(line, "\n")
+	// The daemon reports on the pipe once the mount serves, or why it
+	// could not; the pipe ends when it exits. Interrupted meanwhile
+	// (SIGINT, SIGTERM), the starting daemon is stopped too.
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(r).ReadString('\n')
+		ready <- strings.TrimSuffix(line, "\n")
+	}()
+	var line string
+	select {
+	case line = <-ready:
+	case <-ctx.Done():
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case line = <-ready:
+			if line == "ok" { // it served just before the signal, and now stops
+				return fmt.Errorf("interrupted: the daemon of %s (pid %d) had just mounted it at %s; it unmounts and exits by itself (see %s)", opts.Workspace, cmd.Process.Pid, opts.Dir, p.Log)
+			}
+			cmd.Wait()
+			return fmt.Errorf("interrupted: the daemon of %s stopped before the mount served; nothing is mounted at %s", opts.Workspace, opts.Dir)
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("interrupted: the daemon of %s (pid %d) was asked to stop before the mount served and has not yet; see %s", opts.Workspace, cmd.Process.Pid, p.Log)
+		}
+	}
 	if line == "ok" {
 		out := os.Stdout
 		if opts.Quiet {
@@ -150,11 +177,42 @@ func runMount(ctx context.Context, opts mountOptions) error {
 		fmt.Fprintf(out, "mounted %s at %s (daemon pid %d, log %s)\n", opts.Workspace, opts.Dir, cmd.Process.Pid, p.Log)
 		return cmd.Process.Release()
 	}
-	cmd.Wait()
+	werr := cmd.Wait()
 	if kind, msg, ok := strings.Cut(strings.TrimPrefix(line, "error "), " "); ok && strings.HasPrefix(line, "error ") {
 		return daemon.ErrorOf(kind, msg)
 	}
-	return fmt.Errorf("the daemon exited before the mount served; see %s", p.Log)
+	// It died without a word (a crash, a signal): say how, and what it
+	// logged last.
+	how := "exited"
+	if werr != nil {
+		how = "ended (" + werr.Error() + ")"
+	}
+	if said := daemonSaid(p.Log, logStart); said != "" {
+		return fmt.Errorf("the daemon %s before the mount served: %s (see %s)", how, said, p.Log)
+	}
+	return fmt.Errorf("the daemon %s before the mount served; see %s", how, p.Log)
+}
+
+// daemonSaid returns what a daemon that died at start wrote to its log
+// from offset start on: the line of a panic or fatal error (a crash dump
+// follows it), else its last line, or "".
+func daemonSaid(path string, start int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(io.NewSectionReader(f, start, 1<<40), 1<<20))
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
+			return l
+		}
+	}
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // serveForeground runs the daemon in this process.

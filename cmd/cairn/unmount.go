@@ -63,11 +63,7 @@ func runUnmount(ctx context.Context, g globals, what string, noWait bool) error 
 		return err
 	}
 	if !r.Alive() {
-		if err := daemon.CleanStale(g.Home, r, ""); err != nil {
-			return err
-		}
-		fmt.Printf("cleaned up the stale mount of %s at %s (its daemon, pid %d, was gone; the journal is kept)\n", r.Workspace, r.Dir, r.PID)
-		return nil
+		return cleanStale(ctx, g, r, "was gone")
 	}
 	cl := daemon.NewClient(r.Socket)
 	if !noWait {
@@ -83,27 +79,71 @@ func runUnmount(ctx context.Context, g globals, what string, noWait bool) error 
 	}
 	err = cl.Unmount(ctx, daemon.UnmountRequest{NoWait: noWait})
 	if ctx.Err() != nil { // interrupted while the daemon drains its uploads: it serves on
-		return fmt.Errorf("interrupted: %s is still mounted at %s (cairn unmount --no-wait %s leaves its uploads queued)", r.Workspace, r.Dir, r.Workspace)
+		return fmt.Errorf("interrupted: %s is still mounted at %s and serving; its uploads continue (cairn unmount --no-wait %s leaves them queued)", r.Workspace, r.Dir, r.Workspace)
 	}
 	if errors.Is(err, daemon.ErrStale) {
 		// The process is there but does not answer: a daemon stuck or
 		// being killed. Clean up what it left.
-		if err := daemon.CleanStale(g.Home, r, ""); err != nil {
-			return err
-		}
-		fmt.Printf("cleaned up the mount of %s at %s (its daemon, pid %d, did not answer; the journal is kept)\n", r.Workspace, r.Dir, r.PID)
-		return nil
+		return cleanStale(ctx, g, r, "did not answer")
 	} else if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for r.Alive() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the daemon of %s (pid %d) has not exited after 2 minutes; see %s", r.Workspace, r.PID, daemon.PathsOf(g.Home, r.Workspace).Log)
+	return waitExit(ctx, g, r)
+}
+
+// unmountExitLimit bounds how long unmount waits for a daemon to exit once
+// it has been asked to: it closes its journal (bounded by the daemon at 2
+// minutes), drains its uploads for up to 30 s and releases its lease.
+const unmountExitLimit = 3 * time.Minute
+
+// waitExit waits until the daemon of r has exited (its process and its
+// lock of the workspace gone), for at most unmountExitLimit or until ctx
+// is done (SIGINT, SIGTERM), and says in what state it left things.
+func waitExit(ctx context.Context, g globals, r *daemon.Record) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	limit := time.NewTimer(unmountExitLimit)
+	defer limit.Stop()
+	log := daemon.PathsOf(g.Home, r.Workspace).Log
+	state := func() string {
+		if daemon.IsCairnMount(r.Dir) {
+			return fmt.Sprintf("%s is still mounted at %s, being unmounted", r.Workspace, r.Dir)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return fmt.Sprintf("%s is detached from %s", r.Workspace, r.Dir)
+	}
+	for r.Alive() || daemon.Locked(g.Home, r.Workspace) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted: %s; its daemon (pid %d) is still flushing its journal and exits by itself (see %s)", state(), r.PID, log)
+		case <-limit.C:
+			return fmt.Errorf("%w: %s, but its daemon (pid %d) has not exited after %v; see %s", daemon.ErrBusy, state(), r.PID, unmountExitLimit, log)
+		case <-tick.C:
+		}
 	}
 	fmt.Printf("unmounted %s from %s\n", r.Workspace, r.Dir)
+	return nil
+}
+
+// cleanStale cleans up the mount of r, whose daemon is gone or does not
+// answer (how: "was gone"), and waits a little for a killed daemon's
+// process to end: one stuck in the kernel on its own mount ends once its
+// connection is aborted.
+func cleanStale(ctx context.Context, g globals, r *daemon.Record, how string) error {
+	if err := daemon.CleanStale(g.Home, r, ""); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("of %s at %s (its daemon, pid %d, %s; the journal is kept)", r.Workspace, r.Dir, r.PID, how)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for daemon.Locked(g.Home, r.Workspace) {
+		select {
+		case <-wctx.Done():
+			fmt.Printf("cleaned up the stale mount %s; its process has not ended yet, so the workspace cannot be mounted again until it has\n", what)
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	fmt.Printf("cleaned up the stale mount %s\n", what)
 	return nil
 }
 
