@@ -13,8 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
