@@ -148,11 +148,11 @@ func rollbackOffline(ctx context.Context, g globals, ws, ref string) (*daemon.Ro
 	if err != nil {
 		return nil, err
 	}
-	lease, err := takeLease(ctx, g, st, ws, "rollback")
+	releaseLease, err := takeLease(ctx, g, st, ws, "rollback")
 	if err != nil {
 		return nil, err
 	}
-	defer releaseLease(lease)
+	defer releaseLease()
 	if ob != nil {
 		// The lease is released after the uploads (what is discarded or
 		// restored is snapshotted, and the ref moves).

@@ -32,21 +32,34 @@ func leaseTTL() (time.Duration, error) {
 // moves the head under a live mount there. The holder ID is this state
 // directory's (the one its daemon uses), so a daemon killed here does not
 // keep its own machine out. Close the keeper to release the lease.
-func takeLease(ctx context.Context, g globals, st *chunkstore.Store, ws, verb string) (*daemon.LeaseKeeper, error) {
+func takeLease(ctx context.Context, g globals, st *chunkstore.Store, ws, verb string) (release func(), err error) {
 	ttl, err := leaseTTL()
 	if err != nil {
 		return nil, err
 	}
-	return daemon.OpenLease(ctx, daemon.LeaseConfig{Store: st, Workspace: ws, Home: g.Home,
+	// The workspace's local lock first, as a daemon does: a mount refused
+	// meanwhile then touches nothing of this verb's (the lease has the
+	// same holder ID).
+	if err := os.MkdirAll(daemon.PathsOf(g.Home, ws).Dir, 0o700); err != nil {
+		return nil, err
+	}
+	lock, err := daemon.LockWorkspace(g.Home, ws)
+	if err != nil {
+		return nil, err
+	}
+	k, err := daemon.OpenLease(ctx, daemon.LeaseConfig{Store: st, Workspace: ws, Home: g.Home,
 		Description: "cairn " + verb + " (unmounted)", TTL: ttl})
-}
-
-// releaseLease releases a lease taken by takeLease, bounded in time (an
-// unreachable store lets it expire by itself).
-func releaseLease(k *daemon.LeaseKeeper) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = k.Close(ctx)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return func() {
+		// Bounded: an unreachable store lets the lease expire by itself.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = k.Close(ctx)
+		lock.Close()
+	}, nil
 }
 
 // recordLostRefs records, in the store, the snapshots of ref moves an

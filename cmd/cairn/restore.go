@@ -142,11 +142,11 @@ func restoreOffline(ctx context.Context, prog io.Writer, g globals, ws string, f
 		return nil, err
 	}
 	defer closeStore()
-	lease, err := takeLease(ctx, g, st, ws, "restore")
+	releaseLease, err := takeLease(ctx, g, st, ws, "restore")
 	if err != nil {
 		return nil, err
 	}
-	defer releaseLease(lease)
+	defer releaseLease()
 	if ob != nil {
 		// The lease is released after the uploads (what is discarded or
 		// restored is snapshotted, and the ref moves).

@@ -135,11 +135,11 @@ func snapshotOffline(ctx context.Context, opts snapshotOptions) (*daemon.Snapsho
 		return nil, err
 	}
 	defer closeStore()
-	lease, err := takeLease(ctx, opts.globals, store, opts.Workspace, "snapshot")
+	releaseLease, err := takeLease(ctx, opts.globals, store, opts.Workspace, "snapshot")
 	if err != nil {
 		return nil, err
 	}
-	defer releaseLease(lease)
+	defer releaseLease()
 	host, _ := os.Hostname()
 	j, err := journal.Open(ctx, journal.Config{Dir: p.Journal, Store: store, Workspace: opts.Workspace, Host: host, Version: version})
 	if err != nil {
