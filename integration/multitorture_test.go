@@ -143,8 +143,9 @@ type multiTorture struct {
 	cands   []candidate
 	steps   []string
 	step    int
-	s3down  int // steps S3 has been down; 0 up
-	leased  int // lease-loss ops done
+	current string // the operation of the step
+	s3down  int    // steps S3 has been down; 0 up
+	leased  int    // lease-loss ops done
 	ops     map[string]int
 	logs    map[string][]string // workspace -> its log (IDs, newest first), from the last check
 	lost    map[string]map[string]string
@@ -190,6 +191,9 @@ func runMultiTorture(t *testing.T, first *instance, proxy *s3fault.Proxy) {
 		}
 	}
 	m.check(true)
+	if testing.Verbose() && len(m.steps) <= 200 {
+		t.Logf("steps:\n  %s", strings.Join(m.steps, "\n  "))
+	}
 	t.Logf("seed %d: %d steps over %d machines, %d workspaces, %d snapshots known: %v",
 		*multiSeed, *multiSteps, len(m.homes), len(m.wss), len(m.snaps), m.ops)
 }
@@ -199,7 +203,7 @@ func runMultiTorture(t *testing.T, first *instance, proxy *s3fault.Proxy) {
 func (m *multiTorture) fail(format string, args ...any) {
 	m.t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "step %d: %s\n\n", m.step, fmt.Sprintf(format, args...))
+	fmt.Fprintf(&b, "step %d (%s): %s\n\n", m.step, m.current, fmt.Sprintf(format, args...))
 	fmt.Fprintf(&b, "seed %d; replay: go test ./integration -count=1 -run '^%s$' -history.multi.seed=%d -history.multi.steps=%d -history.multi.homes=%d -history.multi.skip=%q\n",
 		*multiSeed, m.t.Name(), *multiSeed, *multiSteps, len(m.homes), *multiSkip)
 	fmt.Fprintf(&b, "last steps:\n  %s\n", strings.Join(m.steps[max(0, len(m.steps)-20):], "\n  "))
@@ -285,6 +289,29 @@ func (m *multiTorture) holder(ws string) *mhome {
 func (m *multiTorture) doStep() {
 	h := m.homes[m.rng.IntN(len(m.homes))]
 	ws := m.wss[m.rng.IntN(len(m.wss))]
+	// Bias: mostly work where a workspace is mounted (writes, snapshots,
+	// unmounts), else often where a journal waits (divergence, rebase).
+	var mounted, journals [][2]int
+	for hi, o := range m.homes {
+		for wi, name := range m.wss {
+			if ow := o.ws[name]; ow != nil && ow.mounted {
+				mounted = append(mounted, [2]int{hi, wi})
+			} else if ow != nil && ow.journal {
+				journals = append(journals, [2]int{hi, wi})
+			}
+		}
+	}
+	switch n := m.rng.IntN(10); {
+	case n < 6 && len(mounted) > 0:
+		p := mounted[m.rng.IntN(len(mounted))]
+		h, ws = m.homes[p[0]], m.wss[p[1]]
+	case n < 8 && len(journals) > 0:
+		p := journals[m.rng.IntN(len(journals))]
+		h, ws = m.homes[p[0]], m.wss[p[1]]
+	}
+	if hold := m.holder(ws); hold != nil && hold != h && m.rng.IntN(10) < 7 {
+		h = hold // a refused mount now and then is enough: hand over more often
+	}
 	w := m.work(h, ws)
 	type op struct {
 		weight int
@@ -306,12 +333,16 @@ func (m *multiTorture) doStep() {
 	case w.mounted:
 		add(8, "write", func() { m.writes(h, ws, w) })
 		add(4, "snapshot", func() { m.snapshotOnline(h, ws, w) })
-		add(3, "unmount", func() { m.unmount(h, ws, w, down) })
+		add(5, "unmount", func() { m.unmount(h, ws, w, down) })
 		add(1, "kill", func() { m.kill(h, ws, w, false) })
 		add(1, "kill-mid-snapshot", func() { m.kill(h, ws, w, true) })
 		if !down {
 			add(1, "rollback", func() { m.rollback(h, ws, w, "") })
-			add(1, "fork", func() { m.fork(h, "") })
+			if len(m.wss) < 2 {
+				if len(m.wss) < 2 {
+					add(1, "fork", func() { m.fork(h, "") })
+				}
+			}
 			if m.leased < max(1, *multiSteps/40) {
 				add(1, "lease-loss", func() { m.leaseLoss(h, ws, w) })
 			}
@@ -320,7 +351,9 @@ func (m *multiTorture) doStep() {
 		add(8, "mount", func() { m.mount(h, ws, w) })
 		add(2, "offline-snapshot", func() { m.snapshotOffline(h, ws, w) })
 		add(1, "rollback", func() { m.rollback(h, ws, w, "") })
-		add(1, "fork", func() { m.fork(h, "") })
+		if len(m.wss) < 2 {
+			add(1, "fork", func() { m.fork(h, "") })
+		}
 	}
 	if m.proxy != nil {
 		if down {
@@ -345,6 +378,7 @@ func (m *multiTorture) doStep() {
 	for _, o := range ops {
 		if n < o.weight {
 			m.ops[o.name]++
+			m.current = fmt.Sprintf("machine %d %s: %s", h.idx, ws, o.name)
 			o.do()
 			break
 		}
@@ -542,7 +576,7 @@ func (m *multiTorture) divergence(h *mhome, ws string, w *mwork, head string, r 
 		m.rollback(h, ws, w, L)
 	case n < 7:
 		m.rollback(h, ws, w, H)
-	case n < 9 && len(m.wss) < 4:
+	case n < 9 && len(m.wss) < 3:
 		m.fork(h, L)
 	}
 	return true
@@ -640,7 +674,7 @@ func (m *multiTorture) mount(h *mhome, ws string, w *mwork) {
 		}
 	}
 	if st.Head != head {
-		m.fail("machine %d %s: mounted at head %.12s, the store's head is %.12s", h.idx, ws, st.Head, head)
+		m.fail("machine %d %s: mounted at head %.12s, the store's head is %.12s: the mount did not reconcile its journal with the store's head", h.idx, ws, st.Head, head)
 	}
 	m.reconciled(h, ws, w, head, "mount")
 	m.logStep("machine %d %s: mount%s at head %.12s", h.idx, ws, map[bool]string{true: " --force"}[force], head)
@@ -800,7 +834,7 @@ func (m *multiTorture) rollback(h *mhome, ws string, w *mwork, target string) {
 // fork makes a new workspace at from (a random known snapshot in the
 // store if "").
 func (m *multiTorture) fork(h *mhome, from string) {
-	if len(m.wss) >= 4 {
+	if len(m.wss) >= 3 {
 		m.logStep("machine %d: fork: enough workspaces", h.idx)
 		return
 	}
