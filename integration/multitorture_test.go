@@ -63,26 +63,36 @@ const (
 func TestHistory_MultiMachine(t *testing.T) {
 	t.Run("Local", func(t *testing.T) {
 		testenv.NeedRoot(t, "FUSE mounts", true)
-		first := &instance{t: t, home: shortTempDir(t), extra: []string{"CAIRN_LEASE_TTL=" + leaseTTL.String()}}
-		first.store = filepath.Join(first.home, "store")
-		t.Cleanup(first.unmountAll)
-		first.must("init")
-		runMultiTorture(t, first, nil)
+		store := filepath.Join(shortTempDir(t), "store")
+		runMultiTorture(t, store, nil, nil)
 	})
 	t.Run("S3", func(t *testing.T) {
 		srv := s3test.Start(t)
 		proxy := s3fault.Start(t, srv.Endpoint)
 		testenv.NeedRoot(t, "FUSE mounts", true)
 		bucket := srv.NewBucket(t)
-		first := &instance{t: t, home: shortTempDir(t),
-			store: "s3://" + bucket + "/ws?endpoint=" + proxy.URL() + "&region=" + srv.Region,
-			extra: []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey,
-				"CAIRN_LEASE_TTL=" + leaseTTL.String()}}
-		t.Cleanup(first.unmountAll)
-		t.Cleanup(func() { proxy.SetDown(false) }) // runs first: the unmounts need S3
-		first.must("init")
-		runMultiTorture(t, first, proxy)
+		store := "s3://" + bucket + "/ws?endpoint=" + proxy.URL() + "&region=" + srv.Region
+		runMultiTorture(t, store, []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey,
+			"CAIRN_CACHE_SIZE=64M"}, proxy)
 	})
+}
+
+// homeFSSize is the size of each machine's state directory, a tmpfs of its
+// own, so that the test can fill it.
+const homeFSSize = 512 << 20
+
+// newMachine is a state directory on a tmpfs of its own over store. Its
+// cleanups unmount everything it mounted, then the tmpfs.
+func newMachine(t *testing.T, store string, extra []string) *instance {
+	home := shortTempDir(t)
+	if err := syscall.Mount("tmpfs", home, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0755", homeFSSize)); err != nil {
+		t.Fatalf("mount a tmpfs on %s: %v", home, err)
+	}
+	t.Cleanup(func() { syscall.Unmount(home, syscall.MNT_DETACH) })
+	in := &instance{t: t, home: home, store: store,
+		extra: append([]string{"CAIRN_LEASE_TTL=" + leaseTTL.String()}, extra...)}
+	t.Cleanup(in.unmountAll)
+	return in
 }
 
 // Tri-state knowledge of a journal's unsnapshotted changes.
@@ -154,17 +164,17 @@ type multiTorture struct {
 	started time.Time
 }
 
-func runMultiTorture(t *testing.T, first *instance, proxy *s3fault.Proxy) {
+func runMultiTorture(t *testing.T, store string, extra []string, proxy *s3fault.Proxy) {
 	m := &multiTorture{t: t, rng: rand.New(rand.NewPCG(*multiSeed, 15)), proxy: proxy,
 		snaps: map[string]*msnap{}, ops: map[string]int{}, logs: map[string][]string{},
 		lost: map[string]map[string]string{}, started: time.Now()}
 	for i := range *multiHomes {
-		in := first
-		if i > 0 {
-			in = first.otherMachine()
-		}
-		m.homes = append(m.homes, &mhome{idx: i, in: in, ws: map[string]*mwork{}})
+		m.homes = append(m.homes, &mhome{idx: i, in: newMachine(t, store, extra), ws: map[string]*mwork{}})
 	}
+	if proxy != nil {
+		t.Cleanup(func() { proxy.SetDown(false) }) // runs before the unmounts: they need S3
+	}
+	m.homes[0].in.must("init")
 	// Runs before the instances' cleanups: a stopped daemon cannot unmount.
 	t.Cleanup(func() {
 		for _, h := range m.homes {
@@ -338,6 +348,7 @@ func (m *multiTorture) doStep() {
 		add(5, "unmount", func() { m.unmount(h, ws, w, down) })
 		add(1, "kill", func() { m.kill(h, ws, w, false) })
 		add(1, "kill-mid-snapshot", func() { m.kill(h, ws, w, true) })
+		add(1, "disk-full", func() { m.diskFull(h, ws, w) })
 		if !down {
 			add(1, "rollback", func() { m.rollback(h, ws, w, "") })
 			if len(m.wss) < 2 {
@@ -726,9 +737,7 @@ func (m *multiTorture) kill(h *mhome, ws string, w *mwork, midSnapshot bool) {
 		}
 		w.live[name] = string(big)
 		w.state = dirty
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, cairnBin, "snapshot", ws)
+		cmd := exec.Command(cairnBin, "snapshot", ws)
 		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + h.in.home}, h.in.env()...)
 		var out bytes.Buffer
 		cmd.Stdout = &out
@@ -737,9 +746,17 @@ func (m *multiTorture) kill(h *mhome, ws string, w *mwork, midSnapshot bool) {
 		}
 		time.Sleep(time.Duration(m.rng.IntN(60)) * time.Millisecond)
 		syscall.Kill(w.pid, syscall.SIGKILL)
-		err := cmd.Wait()
-		if ctx.Err() != nil {
-			m.fail("machine %d %s: the snapshot whose daemon was killed hangs", h.idx, ws)
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		var err error
+		select {
+		case err = <-waited:
+		case <-time.After(time.Minute):
+			wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", cmd.Process.Pid))
+			stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", cmd.Process.Pid))
+			cmd.Process.Kill()
+			m.fail("machine %d %s: `cairn snapshot` (pid %d) still runs a minute after its daemon was killed: wchan %s, mounted %v, kernel stack:\n%s",
+				h.idx, ws, cmd.Process.Pid, wchan, isMounted(w.dir), stack)
 		}
 		if id := strings.TrimSpace(out.String()); err == nil && idRE.MatchString(id) {
 			m.acked(h, ws, w, id)
@@ -1290,5 +1307,71 @@ func (m *multiTorture) cleanupOnce(h *mhome, ws string, w *mwork) {
 		w.cleanup = true
 		dir := w.dir
 		m.t.Cleanup(func() { h.in.cleanupMount(ws, dir) })
+	}
+}
+
+// diskFull fills machine h's state directory (its own tmpfs), writes and
+// snapshots through the full disk, and frees it again: a write may fail
+// (ENOSPC), and then leave the old content, nothing, or a prefix of the
+// new; a snapshot may fail, but one that exits 0 is acknowledged like any
+// other; the mount keeps serving.
+func (m *multiTorture) diskFull(h *mhome, ws string, w *mwork) {
+	filler := filepath.Join(h.in.home, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		m.fail("machine %d: create %s: %v", h.idx, filler, err)
+	}
+	defer os.Remove(filler)
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(h.in.home, &st); err != nil {
+		m.fail("statfs %s: %v", h.in.home, err)
+	}
+	syscall.Fallocate(int(f.Fd()), 0, 0, int64(st.Bavail)*st.Bsize)
+	block := make([]byte, 4096)
+	for {
+		if _, err := f.Write(block); err != nil {
+			break // full to the last block
+		}
+	}
+	f.Close()
+	var did []string
+	for range 1 + m.rng.IntN(3) {
+		name := fmt.Sprintf("d%d/f%d", m.rng.IntN(3), m.rng.IntN(6))
+		p := filepath.Join(w.dir, name)
+		data := fmt.Sprintf("m%d %s step %d, disk full %x\n", h.idx, ws, m.step, m.rng.Uint64())
+		old, existed := w.live[name]
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		err := os.WriteFile(p, []byte(data), 0o644)
+		w.state = dirty
+		if err == nil {
+			w.live[name] = data
+			did = append(did, "write "+name)
+			continue
+		}
+		b, rerr := os.ReadFile(p)
+		switch {
+		case errors.Is(rerr, fs.ErrNotExist):
+			delete(w.live, name)
+		case rerr != nil:
+			m.fail("machine %d %s: read %s back after a failed write (%v): %v", h.idx, ws, name, err, rerr)
+		case string(b) == old && existed, strings.HasPrefix(data, string(b)):
+			w.live[name] = string(b)
+		default:
+			m.fail("machine %d %s: a write to %s failed (%v) and left %q: neither the old content %q nor a prefix of the new", h.idx, ws, name, err, b, old)
+		}
+		did = append(did, fmt.Sprintf("write %s failed (%v), left %d bytes", name, err, len(b)))
+	}
+	r := m.run(h, "snapshot", ws, "-m", fmt.Sprintf("disk full, step %d", m.step))
+	if id := strings.TrimSpace(r.stdout); r.code == 0 && idRE.MatchString(id) {
+		m.acked(h, ws, w, id)
+		did = append(did, "snapshot "+id[:12])
+	} else {
+		m.expect(h, "snapshot on a full disk", r, 0, 1)
+		did = append(did, "snapshot failed: "+firstLine(r.stderr))
+	}
+	os.Remove(filler)
+	m.logStep("machine %d %s: disk full: %s; space freed", h.idx, ws, strings.Join(did, "; "))
+	if !(&record{PID: w.pid}).alive() {
+		m.fail("machine %d %s: the daemon (pid %d) died on a full disk (its log was on that disk: what it said is lost)", h.idx, ws, w.pid)
 	}
 }
