@@ -161,13 +161,12 @@ type multiTorture struct {
 	ops     map[string]int
 	logs    map[string][]string // workspace -> its log (IDs, newest first), from the last check
 	lost    map[string]map[string]string
-	started time.Time
 }
 
 func runMultiTorture(t *testing.T, store string, extra []string, proxy *s3fault.Proxy) {
 	m := &multiTorture{t: t, rng: rand.New(rand.NewPCG(*multiSeed, 15)), proxy: proxy,
 		snaps: map[string]*msnap{}, ops: map[string]int{}, logs: map[string][]string{},
-		lost: map[string]map[string]string{}, started: time.Now()}
+		lost: map[string]map[string]string{}}
 	for i := range *multiHomes {
 		m.homes = append(m.homes, &mhome{idx: i, in: newMachine(t, store, extra), ws: map[string]*mwork{}})
 	}
@@ -206,6 +205,14 @@ func runMultiTorture(t *testing.T, store string, extra []string, proxy *s3fault.
 	if testing.Verbose() && len(m.steps) <= 200 {
 		t.Logf("steps:\n  %s", strings.Join(m.steps, "\n  "))
 	}
+	var used []string
+	for _, h := range m.homes {
+		var st syscall.Statfs_t
+		if syscall.Statfs(h.in.home, &st) == nil {
+			used = append(used, fmt.Sprintf("%d MiB", (st.Blocks-st.Bfree)*uint64(st.Bsize)>>20))
+		}
+	}
+	t.Logf("state directories in use at the end: %s (of %d MiB each)", strings.Join(used, ", "), homeFSSize>>20)
 	t.Logf("seed %d: %d steps over %d machines, %d workspaces, %d snapshots known: %v",
 		*multiSeed, *multiSteps, len(m.homes), len(m.wss), len(m.snaps), m.ops)
 }
@@ -699,7 +706,10 @@ func (m *multiTorture) mount(h *mhome, ws string, w *mwork) {
 		}
 	}
 	if st.Head != head {
-		m.fail("machine %d %s: mounted at head %.12s, the store's head is %.12s: the mount did not reconcile its journal with the store's head", h.idx, ws, st.Head, head)
+		due := map[int]string{clean: "it has no changes since its snapshot: a rebase onto the head was due",
+			dirty:      "it has changes not snapshotted: they were due as a snapshot L and the mount refused (exit 4)",
+			maybeDirty: "its last snapshot was killed: a rebase or a refusal was due"}[w.state]
+		m.fail("machine %d %s: mounted at %.12s, the store's head is %.12s: the mount did not reconcile its journal with the head (%s)", h.idx, ws, st.Head, head, due)
 	}
 	m.reconciled(h, ws, w, head, "mount")
 	m.logStep("machine %d %s: mount%s at head %.12s", h.idx, ws, map[bool]string{true: " --force"}[force], head)
@@ -809,6 +819,11 @@ func (m *multiTorture) rollback(h *mhome, ws string, w *mwork, target string) {
 		head = log[0]
 	}
 	before := m.reachable(h, ws, log)
+	for id, s := range m.snaps {
+		if s.ws == ws && s.home == h.idx && s.acked && !s.inStore {
+			before[id] = true // S3: queued here, not uploaded yet: the rollback discards it too
+		}
+	}
 	hold := m.holder(ws)
 	r := m.run(h, "rollback", "--json", ws, target)
 	if hold != nil && hold != h {
