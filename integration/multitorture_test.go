@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -527,6 +528,7 @@ func (m *multiTorture) snapshotOffline(h *mhome, ws string, w *mwork) {
 		return
 	}
 	if r.code == 4 && m.leaseRefusal(r) {
+		m.deadHolder(h, ws, r)
 		m.logStep("machine %d %s: offline snapshot refused: an unexpired lease (%s)", h.idx, ws, firstLine(r.stderr))
 		return
 	}
@@ -547,6 +549,23 @@ func (m *multiTorture) snapshotOffline(h *mhome, ws string, w *mwork) {
 // cannot rule out: a dead or stopped daemon's lease not yet taken over).
 func (m *multiTorture) leaseRefusal(r result) bool {
 	return strings.Contains(r.stderr, "held by")
+}
+
+var holderPIDRE = regexp.MustCompile(`held by [^(]*\(pid (\d+)`)
+
+// deadHolder checks that a refusal the model does not expect from a live
+// lease names a holder that is dead or stopped (its lease not yet expired).
+func (m *multiTorture) deadHolder(h *mhome, ws string, r result) {
+	sm := holderPIDRE.FindStringSubmatch(r.stderr)
+	if sm == nil {
+		m.fail("machine %d %s: refused for a lease without naming its holder's pid: %s", h.idx, ws, r.stderr)
+	}
+	pid, _ := strconv.Atoi(sm[1])
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'T' {
+			m.fail("machine %d %s: refused for a lease held by pid %d, which runs, but the model has no mount of %s holding it: %s", h.idx, ws, pid, ws, r.stderr)
+		}
+	}
 }
 
 // reconciled updates the model after a verb opened machine h's journal of
@@ -670,7 +689,8 @@ func (m *multiTorture) mount(h *mhome, ws string, w *mwork) {
 		}
 		m.logStep("machine %d %s: mount refused (leased by machine %d)", h.idx, ws, hold.idx)
 		return
-	case r.code == 4 && m.leaseRefusal(r) && lease != nil && !force:
+	case r.code == 4 && m.leaseRefusal(r) && !force:
+		m.deadHolder(h, ws, r)
 		m.logStep("machine %d %s: mount refused: lease of a dead daemon, not yet expired", h.idx, ws)
 		return
 	}
@@ -832,6 +852,7 @@ func (m *multiTorture) rollback(h *mhome, ws string, w *mwork, target string) {
 		return
 	}
 	if r.code == 4 && m.leaseRefusal(r) && hold == nil {
+		m.deadHolder(h, ws, r)
 		m.logStep("machine %d %s: rollback refused: a dead daemon's lease", h.idx, ws)
 		return
 	}
@@ -935,15 +956,16 @@ func (m *multiTorture) leaseLoss(h *mhome, ws string, w *mwork) {
 		return
 	}
 	m.leased++
-	lease := m.storeLease(g, ws)
-	if lease == nil {
-		m.fail("machine %d %s: mounted, but the store shows no lease", h.idx, ws)
+	st := m.status(h, ws)
+	if st.Lease.Expires.IsZero() {
+		m.fail("machine %d %s: status shows no lease expiry: %+v", h.idx, ws, st)
 	}
 	if err := syscall.Kill(w.pid, syscall.SIGSTOP); err != nil {
 		m.fail("SIGSTOP %d: %v", w.pid, err)
 	}
 	w.stopped = true
-	time.Sleep(time.Until(lease.takeover.Add(1500 * time.Millisecond)))
+	// A renewal may have slipped in after the status: one TTL more.
+	time.Sleep(time.Until(st.Lease.Expires.Add(leaseTTL + leaseGrace + 1500*time.Millisecond)))
 	gw := m.work(g, ws)
 	if gw.dir == "" {
 		gw.dir = shortTempDir(m.t)
@@ -958,7 +980,6 @@ func (m *multiTorture) leaseLoss(h *mhome, ws string, w *mwork) {
 	syscall.Kill(w.pid, syscall.SIGCONT)
 	w.stopped = false
 	// The first daemon finds out at its next renewal.
-	var st statusJSON
 	for deadline := time.Now().Add(4*leaseTTL + 20*time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if !(&record{PID: w.pid}).alive() || !isMounted(w.dir) {
 			m.fail("machine %d %s: the daemon that lost its lease is gone or unmounted itself (alive %v, mounted %v): it must keep its mount, read-only",
@@ -992,7 +1013,8 @@ type statusJSON struct {
 	State    string `json:"state"`
 	ReadOnly bool   `json:"read_only"`
 	Lease    struct {
-		State string `json:"state"`
+		State   string    `json:"state"`
+		Expires time.Time `json:"expires"`
 	} `json:"lease"`
 }
 
