@@ -1250,7 +1250,7 @@ func (m *multiTorture) check(final bool) {
 		}
 		lost := map[string]string{}
 		for _, l := range wsj[ws].Lost {
-			if !strings.Contains(l.Fork, "cairn fork") || !strings.Contains(l.Fork, l.Snapshot[:min(12, len(l.Snapshot))]) {
+			if f := forkCmdRE.FindStringSubmatch(l.Fork); f == nil || !idRE.MatchString(l.Snapshot) || !strings.HasPrefix(l.Snapshot, f[1]) {
 				m.fail("%s: lost snapshot %.12s listed without its fork command: %q", ws, l.Snapshot, l.Fork)
 			}
 			lost[l.Snapshot] = l.Fork
