@@ -360,9 +360,7 @@ func (m *multiTorture) doStep() {
 		if !down {
 			add(1, "rollback", func() { m.rollback(h, ws, w, "") })
 			if len(m.wss) < 2 {
-				if len(m.wss) < 2 {
-					add(1, "fork", func() { m.fork(h, "") })
-				}
+				add(1, "fork", func() { m.fork(h, "") })
 			}
 			if len(m.homes) > 1 && m.leased < max(1, *multiSteps/100) { // each takes the TTL and the grace: 13 s
 				add(1, "lease-loss", func() { m.leaseLoss(h, ws, w) })
