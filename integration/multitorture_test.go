@@ -80,7 +80,7 @@ func TestHistory_MultiMachine(t *testing.T) {
 
 // homeFSSize is the size of each machine's state directory, a tmpfs of its
 // own, so that the test can fill it.
-const homeFSSize = 512 << 20
+const homeFSSize = 1 << 30
 
 // newMachine is a state directory on a tmpfs of its own over store. Its
 // cleanups unmount everything it mounted, then the tmpfs.
