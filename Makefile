@@ -78,9 +78,13 @@ bench: tools
 	$(MAKE) --no-print-directory fsbench
 	$(MAKE) --no-print-directory s3bench
 
-## torture: the history torture test at 1000 cycles (make test runs 100).
-torture: build
+## torture: the history torture test at 1000 cycles (make test runs 100), and
+## the multi-machine torture test at 2000 steps x 3 machines, local and S3
+## (make test runs 50). MULTI_SEED replays another seed.
+MULTI_SEED ?= 1
+torture: build tools
 	$(GO) test ./integration -run TestHistory_Torture -count=1 -timeout 60m -history.torture.cycles=1000
+	$(GO) test ./integration -run TestHistory_MultiMachine -count=1 -timeout 90m -history.multi.steps=2000 -history.multi.seed=$(MULTI_SEED)
 
 ## runbench: cairn run -- true end to end, daemon up, next to plain true.
 runbench: build
