@@ -442,7 +442,7 @@ func (m *multiTorture) writes(h *mhome, ws string, w *mwork) {
 
 // writesReadOnly: a mount that lost its lease refuses writes with EROFS.
 func (m *multiTorture) writesReadOnly(h *mhome, ws string, w *mwork) {
-	err := os.WriteFile(filepath.Join(w.dir, "d0", "ro-probe"), []byte("x"), 0o644)
+	err := os.WriteFile(filepath.Join(w.dir, "ro-probe"), []byte("x"), 0o644)
 	if !errors.Is(err, syscall.EROFS) {
 		m.fail("machine %d %s: a write to a mount that lost its lease: %v, want EROFS", h.idx, ws, err)
 	}
