@@ -251,22 +251,8 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 
 	signal(nil)
 	cfg.Logf("cairn: serving workspace %q at %s", cfg.Workspace, dir)
-	select {
-	case <-ctx.Done():
-		cfg.Logf("cairn: signalled; unmounting %s", dir)
-	case <-d.stop:
-		cfg.Logf("cairn: unmount requested; unmounting %s", dir)
-	case <-d.gone:
-		cfg.Logf("cairn: %s was unmounted", dir)
-	case err := <-lost:
-		// Another machine holds the workspace now. Two must never write
-		// it at once, and unmounting would let writes land in the bare
-		// directory underneath: the mount stays, read-only. The journal
-		// keeps what was not snapshotted (the next mount here keeps it as
-		// a snapshot of its own, see journal/reconcile.go); the ref's
-		// compare-and-swap keeps the store sound.
-		j.SetReadOnly(err)
-		cfg.Logf("cairn: the lease of %q was lost (%v); %s is read-only now: writes fail with EROFS, snapshots are refused; `cairn unmount %s` when done", cfg.Workspace, err, dir, cfg.Workspace)
+	leaseLost := (<-chan error)(lost)
+	for {
 		select {
 		case <-ctx.Done():
 			cfg.Logf("cairn: signalled; unmounting %s", dir)
@@ -274,9 +260,21 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 			cfg.Logf("cairn: unmount requested; unmounting %s", dir)
 		case <-d.gone:
 			cfg.Logf("cairn: %s was unmounted", dir)
+		case err := <-leaseLost:
+			// Another machine holds the workspace now. Two must never
+			// write it at once, and unmounting would let writes land in
+			// the bare directory underneath: the mount stays, read-only.
+			// The journal keeps what was not snapshotted (the next mount
+			// here keeps it as a snapshot of its own, see
+			// journal/reconcile.go); the ref's compare-and-swap keeps the
+			// store sound.
+			j.SetReadOnly(err)
+			cfg.Logf("cairn: the lease of %q was lost (%v); %s is read-only now: writes fail with EROFS, snapshots are refused; `cairn unmount %s` when done", cfg.Workspace, err, dir, cfg.Workspace)
+			leaseLost = nil // reported once
+			continue
 		}
+		return nil
 	}
-	return nil
 }
 
 // recordLost records in the store each ref move the outbox found lost, so

@@ -148,19 +148,11 @@ func rollbackOffline(ctx context.Context, g globals, ws, ref string) (*daemon.Ro
 	if err != nil {
 		return nil, err
 	}
-	releaseLease, err := takeLease(ctx, g, st, ws, "rollback")
+	releaseLease, err := takeLease(ctx, g, st, ob, ws, "rollback")
 	if err != nil {
 		return nil, err
 	}
 	defer releaseLease()
-	if ob != nil {
-		// The lease is released after the uploads (what is discarded or
-		// restored is snapshotted, and the ref moves).
-		defer func() {
-			ob.Wait(ctx)
-			recordLostRefs(ctx, st, ob)
-		}()
-	}
 	p := daemon.PathsOf(g.Home, ws)
 	if _, err := os.Stat(p.Journal); err == nil {
 		host, _ := os.Hostname()

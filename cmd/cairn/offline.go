@@ -32,7 +32,11 @@ func leaseTTL() (time.Duration, error) {
 // moves the head under a live mount there. The holder ID is this state
 // directory's (the one its daemon uses), so a daemon killed here does not
 // keep its own machine out. Close the keeper to release the lease.
-func takeLease(ctx context.Context, g globals, st *chunkstore.Store, ws, verb string) (release func(), err error) {
+//
+// With ob (a remote store's outbox), release first waits for its uploads
+// (what the verb snapshotted, and its ref move) and records the ref moves
+// found lost: the lease goes once they are done.
+func takeLease(ctx context.Context, g globals, st *chunkstore.Store, ob *outbox.Backend, ws, verb string) (release func(), err error) {
 	ttl, err := leaseTTL()
 	if err != nil {
 		return nil, err
@@ -54,6 +58,10 @@ func takeLease(ctx context.Context, g globals, st *chunkstore.Store, ws, verb st
 		return nil, err
 	}
 	return func() {
+		if ob != nil {
+			_ = ob.Wait(ctx)
+			recordLostRefs(ctx, st, ob)
+		}
 		// Bounded: an unreachable store lets the lease expire by itself.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

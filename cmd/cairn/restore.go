@@ -142,19 +142,11 @@ func restoreOffline(ctx context.Context, prog io.Writer, g globals, ws string, f
 		return nil, err
 	}
 	defer closeStore()
-	releaseLease, err := takeLease(ctx, g, st, ws, "restore")
+	releaseLease, err := takeLease(ctx, g, st, ob, ws, "restore")
 	if err != nil {
 		return nil, err
 	}
 	defer releaseLease()
-	if ob != nil {
-		// The lease is released after the uploads (what is discarded or
-		// restored is snapshotted, and the ref moves).
-		defer func() {
-			ob.Wait(ctx)
-			recordLostRefs(ctx, st, ob)
-		}()
-	}
 	dir := daemon.PathsOf(g.Home, ws).Journal
 	if _, err := os.Stat(dir); err != nil {
 		if _, err := st.Ref(ctx, ws); err != nil {

@@ -135,7 +135,7 @@ func snapshotOffline(ctx context.Context, opts snapshotOptions) (*daemon.Snapsho
 		return nil, err
 	}
 	defer closeStore()
-	releaseLease, err := takeLease(ctx, opts.globals, store, opts.Workspace, "snapshot")
+	releaseLease, err := takeLease(ctx, opts.globals, store, nil, opts.Workspace, "snapshot")
 	if err != nil {
 		return nil, err
 	}
