@@ -76,6 +76,8 @@ type Journal struct {
 	prog       progress             // of the running snapshot or restore
 	readOnly   error                // non-nil: changes are refused (SetReadOnly)
 	space      *space               // the full-disk guard (space.go)
+	stopWatch  chan struct{}        // stops space.watch
+	watched    chan struct{}        // closed when space.watch returned
 	reserved   int                  // > 0: the running operation may use the disk's reserve
 
 	generation atomic.Uint64 // rollbacks since Open (Generation)
@@ -180,6 +182,8 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 		db.Close()
 		return nil, err
 	}
+	j.stopWatch, j.watched = make(chan struct{}), make(chan struct{})
+	go func() { defer close(j.watched); sp.watch(j.stopWatch) }()
 	return j, nil
 }
 
@@ -355,6 +359,8 @@ func (j *Journal) Close() error {
 		errs = append(errs, f.Close())
 		delete(j.files, ino)
 	}
+	close(j.stopWatch)
+	<-j.watched
 	j.space.close()
 	errs = append(errs, j.db.Close())
 	return errors.Join(errs...)

@@ -230,6 +230,42 @@ func (s *space) open() error {
 	return nil
 }
 
+// watchEvery is how often the watcher looks at the disk.
+const watchEvery = 10 * time.Millisecond
+
+// watch releases the reserve as soon as the disk has less free than
+// Badger's own background work (a memtable flush, a compaction) may
+// write, until stop is closed: a disk filled behind the journal's back (by
+// passthrough writes or another program) then leaves that work room
+// between the fill and the next journal operation. It narrows the window
+// in which a flush or compaction that runs just as the disk fills can
+// fault (SIGBUS in Badger's mmap'd table); closing it needs Badger to
+// allocate its files before it writes them through mmap.
+func (s *space) watch(stop <-chan struct{}) {
+	if s.disabled {
+		return
+	}
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		free, err := diskFree(s.dir)
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		if s.reserved > 0 && free < s.floor+s.tables {
+			s.free = free
+			s.release()
+		}
+		s.mu.Unlock()
+	}
+}
+
 // close makes room for Badger's last flush.
 func (s *space) close() {
 	s.mu.Lock()
