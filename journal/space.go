@@ -247,6 +247,7 @@ func (s *space) watch(stop <-chan struct{}) {
 	}
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
+	last := uint64(1<<64 - 1)
 	for {
 		select {
 		case <-stop:
@@ -257,8 +258,14 @@ func (s *space) watch(stop <-chan struct{}) {
 		if err != nil {
 			continue
 		}
+		// Only once the filling stopped (free space the same at two looks
+		// in a row): a writer that is still filling the disk would take
+		// the reserve's blocks too, and the journal would be left with
+		// neither.
+		settled := free == last
+		last = free
 		s.mu.Lock()
-		if s.reserved > 0 && free < s.floor+s.tables {
+		if s.reserved > 0 && settled && free < s.floor+s.tables {
 			s.free = free
 			s.release()
 		}
