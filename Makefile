@@ -149,7 +149,10 @@ demo: build
 	$$c snapshot demo -m "turn 2" >/dev/null; $$c unmount demo; \
 	echo "== on a second machine (a fresh state dir, same store): the head snapshot, same inode numbers"; \
 	CAIRN_HOME=$$home/other CAIRN_STORE=$$home/state/store $$c mount demo $$mnt; stat -c '%i %A %n' $$mnt/README.md $$mnt/src/main.go; cat $$mnt/README.md; \
+	echo "written on the second machine" > $$mnt/second.txt; CAIRN_HOME=$$home/other CAIRN_STORE=$$home/state/store $$c snapshot demo -m "turn 3, second machine" >/dev/null; \
 	CAIRN_HOME=$$home/other $$c unmount demo; \
+	echo "== back on the first machine: it picks up the second machine's turn (one history)"; \
+	$$c mount demo $$mnt; cat $$mnt/second.txt; $$c unmount demo; $$c log demo; \
 	echo "== and turn 1, as a fork: cairn mount --from demo@1 demo-turn1"; \
 	$$c mount --from demo@1 demo-turn1 $$mnt; cat $$mnt/README.md; $$c unmount demo-turn1; \
 	echo "== demo done"
