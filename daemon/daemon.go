@@ -451,6 +451,11 @@ func (d *daemon) status(ctx context.Context) (*StatusReply, error) {
 	}
 	ls := d.lease.Status()
 	r.Lease = &ls
+	if ls.State == LeaseLost {
+		// The main loop turns the journal read-only as soon as it hears;
+		// say so from the moment the loss is known, not a moment later.
+		d.j.SetReadOnly(d.lease.Err())
+	}
 	if ro := d.j.ReadOnly(); ro != nil {
 		r.ReadOnly, r.ReadOnlyReason = true, ro.Error()
 	}
