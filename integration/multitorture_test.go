@@ -234,8 +234,18 @@ func (m *multiTorture) fail(format string, args ...any) {
 				continue
 			}
 			lines := strings.Split(strings.TrimRight(string(log), "\n"), "\n")
+			keep := 25
+			// A daemon that crashed: from the log line before the crash
+			// through the faulting goroutine's stack.
+			for i, l := range lines {
+				if strings.HasPrefix(l, "fatal error") || strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "unexpected fault") {
+					keep = max(keep, len(lines)-i+2)
+					break
+				}
+			}
+			keep = min(keep, len(lines), 400)
 			fmt.Fprintf(&b, "--- machine %d, %s, daemon.log (last %d lines):\n%s\n", h.idx, name,
-				min(25, len(lines)), strings.Join(lines[max(0, len(lines)-25):], "\n"))
+				keep, strings.Join(lines[len(lines)-keep:], "\n"))
 		}
 	}
 	m.t.Fatal(b.String())
