@@ -234,18 +234,17 @@ func (m *multiTorture) fail(format string, args ...any) {
 				continue
 			}
 			lines := strings.Split(strings.TrimRight(string(log), "\n"), "\n")
-			keep := 25
+			from, to := max(0, len(lines)-25), len(lines)
 			// A daemon that crashed: from the log line before the crash
 			// through the faulting goroutine's stack.
 			for i, l := range lines {
 				if strings.HasPrefix(l, "fatal error") || strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "unexpected fault") {
-					keep = max(keep, len(lines)-i+2)
+					from, to = max(0, i-2), min(len(lines), i+60)
 					break
 				}
 			}
-			keep = min(keep, len(lines), 400)
-			fmt.Fprintf(&b, "--- machine %d, %s, daemon.log (last %d lines):\n%s\n", h.idx, name,
-				keep, strings.Join(lines[len(lines)-keep:], "\n"))
+			fmt.Fprintf(&b, "--- machine %d, %s, daemon.log (lines %d-%d of %d):\n%s\n", h.idx, name,
+				from+1, to, len(lines), strings.Join(lines[from:to], "\n"))
 		}
 	}
 	m.t.Fatal(b.String())
