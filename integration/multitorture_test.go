@@ -1390,19 +1390,31 @@ func (m *multiTorture) diskFull(h *mhome, ws string, w *mwork) {
 		old, existed := w.live[name]
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		err := os.WriteFile(p, []byte(data), 0o644)
-		w.state = dirty
 		if err == nil {
 			w.live[name] = data
+			w.state = dirty
 			did = append(did, "write "+name)
 			continue
+		}
+		// A write refused with ENOSPC may have changed nothing (or only
+		// made a directory, which the model does not track): the journal
+		// may be clean, unless the file itself changed.
+		if w.state == clean {
+			w.state = maybeDirty
 		}
 		b, rerr := os.ReadFile(p)
 		switch {
 		case errors.Is(rerr, fs.ErrNotExist):
+			if existed {
+				w.state = dirty
+			}
 			delete(w.live, name)
 		case rerr != nil:
 			m.fail("machine %d %s: read %s back after a failed write (%v): %v", h.idx, ws, name, err, rerr)
 		case string(b) == old && existed, strings.HasPrefix(data, string(b)):
+			if !existed || string(b) != old {
+				w.state = dirty
+			}
 			w.live[name] = string(b)
 		default:
 			m.fail("machine %d %s: a write to %s failed (%v) and left %q: neither the old content %q nor a prefix of the new", h.idx, ws, name, err, b, old)
