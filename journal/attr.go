@@ -19,6 +19,9 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()
+	if err := j.adopt(ino); err != nil {
+		return Attr{}, err
+	}
 	now := j.cfg.Clock()
 	cur, err := j.inode(ino)
 	if err != nil {

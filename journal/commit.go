@@ -38,7 +38,7 @@ type SnapshotOptions struct {
 // at any point leaves a journal that reopens to the state before or after
 // the snapshot (see resolvePending).
 func (j *Journal) Snapshot(ctx context.Context, opts SnapshotOptions) (chunkstore.ID, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lockAll(); err != nil {
 		return chunkstore.ID{}, err
 	}
 	defer j.mu.Unlock()
@@ -74,7 +74,7 @@ type committer struct {
 // what `cairn diff` compares a snapshot with. O(changed) like Snapshot;
 // the next snapshot finds the blobs stored already.
 func (j *Journal) LiveTree(ctx context.Context) (chunkstore.ID, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lockAll(); err != nil {
 		return chunkstore.ID{}, err
 	}
 	defer j.mu.Unlock()

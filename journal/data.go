@@ -212,6 +212,9 @@ func (j *Journal) Read(ctx context.Context, ino Ino, p []byte, off int64) (int, 
 		return 0, err
 	}
 	defer j.mu.Unlock()
+	if err := j.adopt(ino); err != nil {
+		return 0, err
+	}
 	n, err := j.regularAt(ino, "read", off)
 	if err != nil {
 		return 0, err
@@ -302,6 +305,9 @@ func (j *Journal) Write(ctx context.Context, c Caller, ino Ino, p []byte, off in
 		return 0, err
 	}
 	defer j.mu.Unlock()
+	if err := j.adopt(ino); err != nil {
+		return 0, err
+	}
 	n, err := j.regularAt(ino, "write", off)
 	if err != nil {
 		return 0, err
@@ -367,6 +373,9 @@ func (j *Journal) Fallocate(ctx context.Context, c Caller, ino Ino, mode FallocM
 		return err
 	}
 	defer j.mu.Unlock()
+	if err := j.adopt(ino); err != nil {
+		return err
+	}
 	n, err := j.inode(ino)
 	if err != nil {
 		return err
@@ -460,6 +469,12 @@ func (j *Journal) CopyFileRange(ctx context.Context, c Caller, in Ino, inOff int
 		return 0, err
 	}
 	defer j.mu.Unlock()
+	if err := j.adopt(in); err != nil {
+		return 0, err
+	}
+	if err := j.adopt(out); err != nil {
+		return 0, err
+	}
 	src, err := j.inode(in)
 	if err != nil {
 		return 0, err
@@ -526,6 +541,9 @@ func (j *Journal) Lseek(ctx context.Context, ino Ino, off int64, whence int) (in
 		return 0, err
 	}
 	defer j.mu.Unlock()
+	if err := j.adopt(ino); err != nil {
+		return 0, err
+	}
 	n, err := j.inode(ino)
 	if err != nil {
 		return 0, err
@@ -596,7 +614,10 @@ func (j *Journal) Fsync(ctx context.Context, ino Ino, dataOnly bool) error {
 		return err
 	}
 	defer j.mu.Unlock()
-	defer j.useReserve()()
+	defer j.useReserve()() // what a passthrough writer wrote is recorded on a full disk too
+	if err := j.adopt(ino); err != nil {
+		return err
+	}
 	n, err := j.inode(ino)
 	if err != nil {
 		return err

@@ -16,9 +16,11 @@ import (
 //
 //   - a file opened for writing with a backing file is staged and dirty
 //     before Open returns, and stays dirty across snapshots while open;
-//   - while it is open, its size and mtime come from the staging file: every
-//     operation first brings the records of such files up to date
-//     (syncWriters), and so does Release;
+//   - while it is open, its size and mtime come from the staging file: an
+//     operation on such a file (stat, lookup, read, write, setattr, fsync,
+//     ...) first brings its record up to date (adopt), one that reads every
+//     size (snapshot, status, statfs, diff, rollback, restore) does so for
+//     all of them (lockAll, syncWriters), and so does Release;
 //   - a "writer" marker in Badger says so, so that after a crash Open adopts
 //     the staging file's size (what the kernel acknowledged is in it);
 //   - no backing file is given where the journal must see each write: to a
@@ -68,6 +70,9 @@ func (j *Journal) Open(ctx context.Context, c Caller, ino Ino, write, backing bo
 		return nil, err
 	}
 	defer j.mu.Unlock()
+	if err := j.adopt(ino); err != nil {
+		return nil, err
+	}
 	n, err := j.inode(ino)
 	if err != nil {
 		return nil, err
@@ -201,7 +206,7 @@ func (j *Journal) Release(ctx context.Context, h *Handle) error {
 }
 
 // syncWriters brings the records of files open for passthrough writing up
-// to date with their staging files. Every operation calls it (lock).
+// to date with their staging files (lockAll).
 func (j *Journal) syncWriters() error {
 	for ino, ws := range j.writers {
 		if err := j.syncWriter(ino, ws); err != nil {
@@ -209,6 +214,24 @@ func (j *Journal) syncWriters() error {
 		}
 	}
 	return nil
+}
+
+// adopt brings ino's record up to date with its staging file if ino is open
+// for passthrough writing: an operation that touches ino sees what the
+// kernel wrote. A map lookup otherwise.
+func (j *Journal) adopt(ino Ino) error {
+	if ws := j.writers[ino]; ws != nil {
+		return j.syncWriter(ino, ws)
+	}
+	return nil
+}
+
+// adoptAttr is adopt, then ino's attributes.
+func (j *Journal) adoptAttr(ino Ino) (Attr, error) {
+	if err := j.adopt(ino); err != nil {
+		return Attr{}, err
+	}
+	return j.getAttrLocked(ino)
 }
 
 // syncWriter adopts the staging file's size and mtime into ino's record if

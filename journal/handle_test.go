@@ -161,3 +161,72 @@ func readFile(f *os.File) ([]byte, error) {
 	_, err = f.ReadAt(b, 0)
 	return b, err
 }
+
+// Each operation that touches a file open for passthrough writing sees what
+// the kernel wrote to its staging file, without a Release in between: no
+// operation depends on every writer being scanned on every request.
+func TestHandle_PassthroughWriterAdoptedPerOperation(t *testing.T) {
+	e := newEnv(t)
+	j := e.openUnmanaged(t.TempDir())
+	ops := []struct {
+		name string
+		size func(ino journal.Ino) uint64 // the size the operation sees
+	}{
+		{"GetAttr", func(ino journal.Ino) uint64 { return must[journal.Attr](t)(j.GetAttr(ctx, ino)).Size }},
+		{"Lookup", func(journal.Ino) uint64 { return must[journal.Attr](t)(j.Lookup(ctx, journal.RootIno, "f")).Size }},
+		{"LookupAll", func(journal.Ino) uint64 {
+			attrs, errs, err := j.LookupAll(ctx, journal.RootIno, []string{"g", "f"})
+			if err != nil || errs[1] != nil {
+				t.Fatal(err, errs)
+			}
+			return attrs[1].Size
+		}},
+		{"Read", func(ino journal.Ino) uint64 {
+			p := make([]byte, 1<<16)
+			return uint64(must[int](t)(j.Read(ctx, ino, p, 0)))
+		}},
+		{"Lseek", func(ino journal.Ino) uint64 {
+			return uint64(must[int64](t)(j.Lseek(ctx, ino, 0, journal.SeekHole)))
+		}},
+		{"Link", func(ino journal.Ino) uint64 {
+			a := must[journal.Attr](t)(j.Link(ctx, journal.Root, ino, journal.RootIno, "link"))
+			if err := j.Unlink(ctx, journal.Root, journal.RootIno, "link"); err != nil {
+				t.Fatal(err)
+			}
+			return a.Size
+		}},
+		{"SetAttr", func(ino journal.Ino) uint64 {
+			return must[journal.Attr](t)(j.SetAttr(ctx, journal.Root, ino, journal.SetAttrIn{Valid: journal.SetMode, Mode: 0o644})).Size
+		}},
+		{"Status", func(journal.Ino) uint64 { return must[journal.Status](t)(j.Status(ctx)).Bytes }},
+	}
+	a := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644))
+	if _, err := j.Create(ctx, journal.Root, journal.RootIno, "g", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := must[*journal.Handle](t)(j.Open(ctx, journal.Root, a.Ino, true, true))
+	defer j.Release(ctx, h)
+	size := int64(0)
+	for i, op := range ops {
+		// The kernel writes through the backing file: the journal hears
+		// nothing of it.
+		more := bytes.Repeat([]byte{byte('a' + i)}, 100+i)
+		if _, err := h.Backing().WriteAt(more, size); err != nil {
+			t.Fatal(err)
+		}
+		size += int64(len(more))
+		if got := op.size(a.Ino); got != uint64(size) {
+			t.Errorf("%s after a passthrough write: size %d, want %d", op.name, got, size)
+		}
+	}
+	// A truncate after passthrough writes cuts from the adopted size.
+	if _, err := h.Backing().WriteAt([]byte("tail"), size); err != nil {
+		t.Fatal(err)
+	}
+	if at := must[journal.Attr](t)(j.SetAttr(ctx, journal.Root, a.Ino, journal.SetAttrIn{Valid: journal.SetSize, Size: uint64(size + 2)})); at.Size != uint64(size+2) {
+		t.Fatalf("truncate after a passthrough write: size %d, want %d", at.Size, size+2)
+	}
+	if got := readAll(t, j, a.Ino); len(got) != int(size+2) || string(got[size:]) != "ta" {
+		t.Fatalf("after truncate: %d bytes, tail %q", len(got), got[max(0, len(got)-4):])
+	}
+}

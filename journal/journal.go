@@ -386,11 +386,22 @@ func (j *Journal) lock() error {
 		j.mu.Unlock()
 		return ErrClosed
 	}
-	if len(j.writers) > 0 {
-		if err := j.syncWriters(); err != nil {
-			j.mu.Unlock()
-			return err
-		}
+	return nil
+}
+
+// lockAll is lock for an operation that reads the sizes of all inodes
+// (snapshot, diff, status, statfs, rollback, restore): the records of files
+// open for passthrough writing are brought up to date first. Other
+// operations adopt a writer's size only for the inodes they touch (adopt):
+// scanning every writer on every request cost most of the daemon's CPU
+// when many files were open for writing.
+func (j *Journal) lockAll() error {
+	if err := j.lock(); err != nil {
+		return err
+	}
+	if err := j.syncWriters(); err != nil {
+		j.mu.Unlock()
+		return err
 	}
 	return nil
 }
@@ -433,7 +444,7 @@ func (j *Journal) ReadOnly() error {
 
 // Status returns the journal's state. O(dirty).
 func (j *Journal) Status(ctx context.Context) (Status, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lockAll(); err != nil {
 		return Status{}, err
 	}
 	defer j.mu.Unlock()

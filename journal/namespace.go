@@ -94,6 +94,9 @@ func (j *Journal) Lookup(ctx context.Context, parent Ino, name string) (Attr, er
 		a = n.Attr
 		return nil
 	})
+	if err == nil && j.writers[a.Ino] != nil {
+		return j.adoptAttr(a.Ino)
+	}
 	return a, err
 }
 
@@ -135,6 +138,13 @@ func (j *Journal) LookupAll(ctx context.Context, parent Ino, names []string) (at
 	if err != nil {
 		return nil, nil, err
 	}
+	if len(j.writers) > 0 {
+		for i := range attrs {
+			if errs[i] == nil && j.writers[attrs[i].Ino] != nil {
+				attrs[i], errs[i] = j.adoptAttr(attrs[i].Ino)
+			}
+		}
+	}
 	return attrs, errs, nil
 }
 
@@ -144,6 +154,9 @@ func (j *Journal) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()
+	if err := j.adopt(ino); err != nil {
+		return Attr{}, err
+	}
 	var a Attr
 	err := j.db.View(func(txn *badger.Txn) error {
 		n, err := j.getInode(txn, ino)
@@ -316,6 +329,9 @@ func (j *Journal) Link(ctx context.Context, c Caller, ino Ino, newParent Ino, ne
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()
+	if err := j.adopt(ino); err != nil {
+		return Attr{}, err
+	}
 	if err := j.ensureDir(ctx, newParent); err != nil {
 		return Attr{}, err
 	}

@@ -30,7 +30,7 @@ func (j *Journal) checkBytesQuota(oldSize, newSize uint64) error {
 // StatFs reports the workspace's capacity: its quotas where set, otherwise
 // the space of the disk that holds the journal.
 func (j *Journal) StatFs(ctx context.Context) (StatFs, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lockAll(); err != nil {
 		return StatFs{}, err
 	}
 	defer j.mu.Unlock()

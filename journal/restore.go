@@ -49,7 +49,7 @@ func (j *Journal) Restore(ctx context.Context, from chunkstore.ID, paths []strin
 	var res RestoreResult
 	var inval []restoredName
 	err := func() error {
-		if err := j.lock(); err != nil {
+		if err := j.lockAll(); err != nil {
 			return err
 		}
 		defer j.mu.Unlock()

@@ -27,7 +27,7 @@ import (
 func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (chunkstore.ID, error) {
 	var switched bool
 	discarded, err := func() (chunkstore.ID, error) {
-		if err := j.lock(); err != nil {
+		if err := j.lockAll(); err != nil {
 			return chunkstore.ID{}, err
 		}
 		defer j.mu.Unlock()
