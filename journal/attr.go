@@ -19,6 +19,11 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()
+	if in.Valid&SetSize != 0 {
+		if err := j.thaw(ino); err != nil {
+			return Attr{}, err
+		}
+	}
 	if err := j.adopt(ino); err != nil {
 		return Attr{}, err
 	}

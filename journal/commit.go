@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -26,11 +27,12 @@ type SnapshotOptions struct {
 }
 
 // Snapshot commits the live state as a new snapshot of the workspace and
-// moves the workspace's ref to it. The cut is consistent: operations are
-// serialised, so every operation that returned before Snapshot started is in
-// it and none that starts later is. The work is O(changed): only
-// directories on a path to a change get new trees, only changed files are
-// read and chunked.
+// moves the workspace's ref to it. The cut is consistent: every operation
+// that returned before Snapshot took the journal's lock is in it and none
+// that starts later is; the reading, chunking and packing happen after the
+// cut, without the lock (cut.go), so the mount keeps serving. The work is
+// O(changed): only directories on a path to a change get new trees, only
+// changed files are read and chunked.
 //
 // Order, for the durability contract: blobs and index, then the snapshot
 // record (chunkstore.PutSnapshot), then a pending marker in the journal,
@@ -38,27 +40,50 @@ type SnapshotOptions struct {
 // at any point leaves a journal that reopens to the state before or after
 // the snapshot (see resolvePending).
 func (j *Journal) Snapshot(ctx context.Context, opts SnapshotOptions) (chunkstore.ID, error) {
+	j.snapMu.Lock()
+	defer j.snapMu.Unlock()
 	if err := j.lockAll(); err != nil {
 		return chunkstore.ID{}, err
 	}
-	defer j.mu.Unlock()
 	// A snapshot writes packs, to a local store or an outbox that is
 	// usually on the journal's disk: that is an ordinary write, refused
 	// on a full disk before it starts. Recording the snapshot in the
 	// journal once it is in the store may use the reserve.
 	if err := j.space.check(0, false); err != nil {
+		j.mu.Unlock()
 		return chunkstore.ID{}, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
 	}
+	j.prog.start("snapshot")
+	defer j.prog.done()
+	cut := j.cutLocked(false)
+	j.mu.Unlock()
+	if afterCut != nil {
+		afterCut()
+	}
+	snap, c, err := j.buildSnapshot(ctx, opts, cut)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	committed := false
+	defer func() { j.endCut(cut, committed) }()
+	if err != nil {
+		return chunkstore.ID{}, err
+	}
 	defer j.useReserve()()
-	id, _, err := j.snapshotLocked(ctx, opts, false)
+	id, _, err := j.commitSnapshot(ctx, snap, c, false)
+	committed = err == nil // else the frozen set stays dirty (pendingIsBase, keepDiverged)
 	return id, err
 }
 
-// committer builds the trees of one snapshot.
+// committer builds the trees of one snapshot. It reads the journal's
+// records through txn only (not the inode cache, which operations change
+// meanwhile), and the dirty set given (the cut's frozen one).
 type committer struct {
 	j       *Journal
 	ctx     context.Context
 	txn     *badger.Txn
+	cut     *cutState             // nil: LiveTree, under the lock
+	epoch   uint32                // of the records read
+	dirty   map[Ino]struct{}      // what changed since the base
 	files   map[Ino]committedFile // dirty files ingested in this commit (hardlinks: once)
 	updates []*inode              // records to save after the ref moved
 	changes []chunkstore.Change
@@ -66,7 +91,39 @@ type committer struct {
 	counted map[uint64]bool // inodes counted in ChangedFiles (hardlinks: once)
 }
 
-// snapshotLocked takes a snapshot. A detached snapshot only reaches the
+func (j *Journal) newCommitter(ctx context.Context, cut *cutState) *committer {
+	c := &committer{j: j, ctx: ctx, cut: cut, epoch: j.m.Epoch, dirty: j.cache.dirty,
+		files: make(map[Ino]committedFile), counted: make(map[uint64]bool)}
+	if cut != nil {
+		c.txn, c.epoch, c.dirty = cut.txn, cut.epoch, cut.frozen
+	}
+	return c
+}
+
+// inode reads ino's record as of the committer's transaction.
+func (c *committer) inode(ino Ino) (*inode, error) {
+	item, err := c.txn.Get(inodeKey(c.epoch, ino))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var n *inode
+	err = item.Value(func(v []byte) error {
+		n, err = decodeInode(ino, v)
+		return err
+	})
+	return n, err
+}
+
+func (c *committer) isDirty(ino Ino) bool {
+	_, ok := c.dirty[ino]
+	return ok
+}
+
+// snapshotLocked takes a snapshot with the journal's lock held throughout
+// (rollback and restore take one of the state they replace). A detached snapshot only reaches the
 // store: the ref does not move and the journal's state is not touched (the
 
 // LiveTree stores the trees of the live state (and the content of its
@@ -74,15 +131,17 @@ type committer struct {
 // what `cairn diff` compares a snapshot with. O(changed) like Snapshot;
 // the next snapshot finds the blobs stored already.
 func (j *Journal) LiveTree(ctx context.Context) (chunkstore.ID, error) {
+	j.snapMu.Lock()
+	defer j.snapMu.Unlock()
 	if err := j.lockAll(); err != nil {
 		return chunkstore.ID{}, err
 	}
 	defer j.mu.Unlock()
-	c := &committer{j: j, ctx: ctx, files: make(map[Ino]committedFile), counted: make(map[uint64]bool)}
+	c := j.newCommitter(ctx, nil)
 	var rootTree chunkstore.ID
 	err := j.db.View(func(txn *badger.Txn) error {
 		c.txn = txn
-		root, err := j.getInode(txn, RootIno)
+		root, err := c.inode(RootIno)
 		if err != nil {
 			return err
 		}
@@ -99,12 +158,25 @@ func (j *Journal) LiveTree(ctx context.Context) (chunkstore.ID, error) {
 }
 
 // state before a rollback, which the rollback is about to discard).
-func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, detached bool) (chunkstore.ID, *chunkstore.Snapshot, error) {
+func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, detached bool) (id chunkstore.ID, snap *chunkstore.Snapshot, err error) {
 	j.prog.start("snapshot")
 	defer j.prog.done()
-	snap, c, err := j.buildSnapshot(ctx, opts)
+	cut := j.cutLocked(true)
+	defer func() { j.endCut(cut, !detached && err == nil) }()
+	snap, c, err := j.buildSnapshot(ctx, opts, cut)
 	if err != nil {
 		return chunkstore.ID{}, nil, err
+	}
+	return j.commitSnapshot(ctx, snap, c, detached)
+}
+
+// commitSnapshot stores snap, built from a cut by c, and makes it the
+// workspace's head (unless detached), with the journal's lock held. A
+// non-zero ID with an error: the ref moved, but the journal's records of
+// it did not all follow (pendingIsBase).
+func (j *Journal) commitSnapshot(ctx context.Context, snap *chunkstore.Snapshot, c *committer, detached bool) (chunkstore.ID, *chunkstore.Snapshot, error) {
+	if j.closed {
+		return chunkstore.ID{}, nil, ErrClosed
 	}
 	// A workspace's ref moves only from the head the new snapshot's parent
 	// is: if the store's head is another snapshot (another machine moved
@@ -145,11 +217,18 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	// cleared below, a crash leaves resolvePending to make the snapshot
 	// the base and keep the dirty set dirty, which does not rely on them.
 	err = j.writeSplit(func(w *splitWriter) error {
-		for i, n := range c.updates {
+		for i, up := range c.updates {
 			if i > 0 && i%loadBatch == 0 {
 				if err := w.next(); err != nil {
 					return err
 				}
+			}
+			n, ok, err := j.committedRecord(w.txn, up)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
 			}
 			if err := w.putInode(n); err != nil {
 				return err
@@ -163,7 +242,7 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	}
 	j.m.Base, j.m.Seq, j.m.Pending = id, snap.Seq, chunkstore.ID{}
 	j.m.Diverged, j.m.DivergedHead = chunkstore.ID{}, chunkstore.ID{}
-	j.m.Committed, j.m.Gen = j.m.Gen, j.m.Gen+1
+	j.m.Committed = c.cut.gen // the cut moved Gen on: what changed since is dirty still
 	if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
 		j.pendingIsBase(id, snap.Seq)
 		return id, snap, fmt.Errorf("snapshot %s is done, but recording it in the journal failed: %w", id.Short(), err)
@@ -171,17 +250,18 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	// The markers of this commit are stale now; delete them so that the
 	// dirty scan at Open stays O(dirty). (A failure leaves harmless stale
 	// markers: Open ignores markers at or below Committed.)
-	if j.space.check(uint64(len(j.cache.dirty))*64, true) == nil {
+	if j.space.check(uint64(len(c.dirty))*64, true) == nil {
 		wb := j.db.NewWriteBatch()
-		for ino := range j.cache.dirty {
+		for ino := range c.dirty {
+			if j.isDirty(ino) {
+				continue // changed since the cut: its marker is of the new generation
+			}
 			if wb.Delete(dirtyKey(j.m.Epoch, ino)) != nil {
 				break
 			}
 		}
 		_ = wb.Flush()
 	}
-	clear(j.cache.marked)
-	clear(j.cache.dirty)
 	// Files open for passthrough writing stay dirty: the kernel may write
 	// them without telling the journal.
 	if len(j.writers) > 0 {
@@ -204,34 +284,60 @@ func (j *Journal) snapshotLocked(ctx context.Context, opts SnapshotOptions, deta
 	return id, snap, nil
 }
 
+// committedRecord returns the record to save for up, which a commit built
+// from the record the cut saw, and whether there is one: the current record
+// with up's tree (a directory) or content (a file that did not change since
+// the cut: one that did keeps its record and stays dirty), none for an
+// inode deleted since.
+func (j *Journal) committedRecord(txn *badger.Txn, up *inode) (*inode, bool, error) {
+	n, err := j.getInode(txn, up.Ino)
+	if errors.Is(err, ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	switch {
+	case n.Type == TypeDir:
+		// Its tree as of the cut is the right base for the next commit's
+		// diff and for the entries of children unchanged since.
+		n.Tree = up.Tree
+	case j.isDirty(n.Ino):
+		return nil, false, nil
+	default:
+		n.Inline, n.Chunks, n.ChunkLists = up.Inline, up.Chunks, up.ChunkLists
+	}
+	return n, true, nil
+}
+
 // buildSnapshot stores the trees (and the content of dirty files) of the
-// live state and returns the snapshot record that names them, not stored
-// yet, with the committer that built it (its updates are the journal's
-// records to bring up to date once the snapshot is the head).
-func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions) (*chunkstore.Snapshot, *committer, error) {
+// cut and returns the snapshot record that names them, not stored yet,
+// with the committer that built it (its updates are the journal's records
+// to bring up to date once the snapshot is the head). Unless the cut is
+// locked, it runs without the journal's lock.
+func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions, cut *cutState) (*chunkstore.Snapshot, *committer, error) {
 	before := j.store.Stats()
-	c := &committer{j: j, ctx: ctx, files: make(map[Ino]committedFile), counted: make(map[uint64]bool)}
+	c := j.newCommitter(ctx, cut)
+	defer c.walked()
 	var rootTree chunkstore.ID
-	var root *inode
+	root, err := c.inode(RootIno)
 	var rootXattrs []chunkstore.Xattr
-	err := j.db.View(func(txn *badger.Txn) error {
-		c.txn = txn
-		var err error
-		if root, err = j.getInode(txn, RootIno); err != nil {
-			return err
-		}
-		if rootXattrs, err = j.xattrs(txn, RootIno); err != nil {
-			return err
-		}
+	if err == nil {
+		rootXattrs, err = c.xattrs(RootIno)
+	}
+	if err == nil {
 		rootTree, err = c.dir(root, "")
-		return err
-	})
+	}
+	if err == nil {
+		err = c.serveUrgent()
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
 	}
 	after := j.store.Stats()
-	c.stats.Files, c.stats.Dirs, c.stats.Symlinks, c.stats.Others = j.m.Files, j.m.Dirs+1, j.m.Symlinks, j.m.Others // Dirs counts the root
-	c.stats.Bytes = j.m.Bytes
+	m := cut.meta
+	c.stats.Files, c.stats.Dirs, c.stats.Symlinks, c.stats.Others = m.Files, m.Dirs+1, m.Symlinks, m.Others // Dirs counts the root
+	c.stats.Bytes = m.Bytes
 	c.stats.NewBlobs = after.NewBlobs - before.NewBlobs
 	c.stats.NewBytes = after.NewStoredBytes - before.NewStoredBytes
 	now := j.cfg.Clock()
@@ -239,9 +345,9 @@ func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions) (*chu
 		Root: rootTree,
 		RootAttr: chunkstore.RootAttr{Mode: root.Mode, UID: root.UID, GID: root.GID,
 			Atime: root.Atime, Mtime: root.Mtime, Ctime: root.Ctime, Xattrs: rootXattrs},
-		NextIno:      j.m.NextIno,
+		NextIno:      m.NextIno,
 		Workspace:    j.cfg.Workspace,
-		Seq:          j.m.Seq + 1,
+		Seq:          m.Seq + 1,
 		Time:         time.Unix(0, now).UTC(),
 		Message:      opts.Message,
 		Labels:       opts.Labels,
@@ -253,8 +359,8 @@ func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions) (*chu
 		Excluded:     opts.Excluded,
 		Egress:       opts.Egress,
 	}
-	if !j.m.Base.IsZero() {
-		snap.Parents = []chunkstore.ID{j.m.Base}
+	if !m.Base.IsZero() {
+		snap.Parents = []chunkstore.ID{m.Base}
 	}
 	return snap, c, nil
 }
@@ -330,7 +436,7 @@ func (j *Journal) pendingIsBase(id chunkstore.ID, seq uint64) {
 // dirty descendants.
 func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
 	j := c.j
-	if !n.Loaded || (!j.isDirty(n.Ino) && !n.Tree.IsZero()) {
+	if !n.Loaded || (!c.isDirty(n.Ino) && !n.Tree.IsZero()) {
 		return n.Tree, nil
 	}
 	// The previous tree: for the diff, and to reuse the entries of clean
@@ -342,7 +448,7 @@ func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
 			return chunkstore.ID{}, err
 		}
 	}
-	prefix := dentryPrefix(j.m.Epoch, n.Ino)
+	prefix := dentryPrefix(c.epoch, n.Ino)
 	it := c.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 	type dent struct {
 		name string
@@ -370,14 +476,17 @@ func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
 	tree := &chunkstore.Tree{Entries: make([]chunkstore.Entry, 0, len(dents))}
 	pi := 0
 	for _, d := range dents {
+		if err := c.serveUrgent(); err != nil {
+			return chunkstore.ID{}, err
+		}
 		for pi < len(prev.Entries) && prev.Entries[pi].Name < d.name {
 			pi++
 		}
-		if pi < len(prev.Entries) && prev.Entries[pi].Name == d.name && Ino(prev.Entries[pi].Ino) == d.ino && !j.isDirty(d.ino) {
+		if pi < len(prev.Entries) && prev.Entries[pi].Name == d.name && Ino(prev.Entries[pi].Ino) == d.ino && !c.isDirty(d.ino) {
 			tree.Entries = append(tree.Entries, prev.Entries[pi]) // unchanged
 			continue
 		}
-		cn, err := j.getInode(c.txn, d.ino)
+		cn, err := c.inode(d.ino)
 		if err != nil {
 			return chunkstore.ID{}, err
 		}
@@ -402,7 +511,6 @@ func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
 
 // entry builds the tree entry of child cn named name.
 func (c *committer) entry(cn *inode, name, path string) (chunkstore.Entry, error) {
-	j := c.j
 	e := chunkstore.Entry{
 		Name: name, Type: cn.Type, Mode: cn.Mode, UID: cn.UID, GID: cn.GID,
 		Atime: cn.Atime, Mtime: cn.Mtime, Ctime: cn.Ctime, Size: cn.Size,
@@ -410,7 +518,7 @@ func (c *committer) entry(cn *inode, name, path string) (chunkstore.Entry, error
 	}
 	var err error
 	if cn.HasXattrs {
-		if e.Xattrs, err = j.xattrs(c.txn, cn.Ino); err != nil {
+		if e.Xattrs, err = c.xattrs(cn.Ino); err != nil {
 			return e, err
 		}
 	}
@@ -440,13 +548,16 @@ func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error
 	if cf, ok := c.files[n.Ino]; ok {
 		return cf.fc, cf.inline, nil
 	}
-	if !n.Staged || !j.isDirty(n.Ino) {
+	if !n.Staged || !c.isDirty(n.Ino) {
 		return n.content(), n.Inline, nil
 	}
-	f, err := j.stagingFile(n.Ino, false)
+	// Its own descriptor: the journal's (stagingFile) are the operations'.
+	f, err := j.cfg.FS.OpenFile(j.stagingPath(n.Ino), os.O_RDONLY, 0)
 	if err != nil {
 		return chunkstore.FileContent{}, nil, j.dataErr("open staging file", n.Ino, err)
 	}
+	defer f.Close()
+	defer c.read(n.Ino)
 	up := *n
 	var fc chunkstore.FileContent
 	if n.Size <= chunkstore.InlineMax {
@@ -484,8 +595,16 @@ type committedFile struct {
 	inline []byte
 }
 
+func (c *committer) xattrs(ino Ino) ([]chunkstore.Xattr, error) {
+	return xattrsOf(c.txn, c.epoch, ino)
+}
+
 func (j *Journal) xattrs(txn *badger.Txn, ino Ino) ([]chunkstore.Xattr, error) {
-	prefix := xattrPrefix(j.m.Epoch, ino)
+	return xattrsOf(txn, j.m.Epoch, ino)
+}
+
+func xattrsOf(txn *badger.Txn, epoch uint32, ino Ino) ([]chunkstore.Xattr, error) {
+	prefix := xattrPrefix(epoch, ino)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	var out []chunkstore.Xattr

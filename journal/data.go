@@ -305,6 +305,9 @@ func (j *Journal) Write(ctx context.Context, c Caller, ino Ino, p []byte, off in
 		return 0, err
 	}
 	defer j.mu.Unlock()
+	if err := j.thaw(ino); err != nil {
+		return 0, err
+	}
 	if err := j.adopt(ino); err != nil {
 		return 0, err
 	}
@@ -373,6 +376,9 @@ func (j *Journal) Fallocate(ctx context.Context, c Caller, ino Ino, mode FallocM
 		return err
 	}
 	defer j.mu.Unlock()
+	if err := j.thaw(ino); err != nil {
+		return err
+	}
 	if err := j.adopt(ino); err != nil {
 		return err
 	}
@@ -469,6 +475,9 @@ func (j *Journal) CopyFileRange(ctx context.Context, c Caller, in Ino, inOff int
 		return 0, err
 	}
 	defer j.mu.Unlock()
+	if err := j.thaw(out); err != nil {
+		return 0, err
+	}
 	if err := j.adopt(in); err != nil {
 		return 0, err
 	}
@@ -646,7 +655,7 @@ func (j *Journal) forget(gone []*inode) {
 			delete(j.files, n.Ino)
 		}
 		if n.Staged {
-			j.cfg.FS.Remove(j.stagingPath(n.Ino))
+			j.removeStaging(n.Ino)
 		}
 		delete(j.loadedDirs, n.Ino)
 		delete(j.trimmed, n.Ino)

@@ -70,6 +70,13 @@ func (j *Journal) Open(ctx context.Context, c Caller, ino Ino, write, backing bo
 		return nil, err
 	}
 	defer j.mu.Unlock()
+	if write {
+		// A writer may change the bytes a running snapshot has yet to
+		// read (passthrough: without the journal hearing of it).
+		if err := j.thaw(ino); err != nil {
+			return nil, err
+		}
+	}
 	if err := j.adopt(ino); err != nil {
 		return nil, err
 	}

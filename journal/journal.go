@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -60,7 +61,12 @@ type Journal struct {
 	db    *badger.DB
 	store *chunkstore.Store
 
+	// snapMu serialises snapshots and what must not run during one
+	// (rollback, restore, LiveTree, Close); taken before mu.
+	snapMu  sync.Mutex
 	mu      sync.Mutex
+	cut     *cutState // the running snapshot's cut (cut.go), under mu
+	cutCond sync.Cond // on mu: a frozen file was read, or the cut ended
 	closed  bool
 	m       meta
 	staging string          // staging directory of the current epoch
@@ -170,6 +176,7 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	}
 	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache(), trimmed: make(map[Ino]struct{}),
 		opens: make(map[Ino]int), writers: make(map[Ino]*writerState), space: sp}
+	j.cutCond.L = &j.mu
 	if err := sp.refresh(); err != nil {
 		db.Close()
 		return nil, err
@@ -347,6 +354,8 @@ func (j *Journal) rootOf(base chunkstore.ID, snap *chunkstore.Snapshot) (*inode,
 // Close closes the journal. Everything written so far is in the journal
 // (and survives); it is not snapshotted.
 func (j *Journal) Close() error {
+	j.snapMu.Lock()
+	defer j.snapMu.Unlock()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
@@ -448,10 +457,16 @@ func (j *Journal) Status(ctx context.Context) (Status, error) {
 		return Status{}, err
 	}
 	defer j.mu.Unlock()
-	s := Status{Workspace: j.cfg.Workspace, Base: j.m.Base, Seq: j.m.Seq, DirtyInodes: len(j.cache.dirty),
+	// During a snapshot, what it is committing is dirty until it is done.
+	dirty := j.cache.dirty
+	if j.cut != nil {
+		dirty = maps.Clone(j.cut.frozen)
+		maps.Copy(dirty, j.cache.dirty)
+	}
+	s := Status{Workspace: j.cfg.Workspace, Base: j.m.Base, Seq: j.m.Seq, DirtyInodes: len(dirty),
 		Files: j.m.Files, Bytes: j.m.Bytes, Inodes: j.m.inodes(), OpenFiles: len(j.opens)}
 	err := j.db.View(func(txn *badger.Txn) error {
-		for ino := range j.cache.dirty {
+		for ino := range dirty {
 			n, err := j.getInode(txn, ino)
 			if errors.Is(err, ErrNotFound) {
 				continue

@@ -79,9 +79,11 @@ func (j *Journal) reconcile(ctx context.Context) error {
 	if host == "" {
 		host, _ = os.Hostname()
 	}
+	cut := j.cutLocked(true)
 	snap, _, err := j.buildSnapshot(ctx, SnapshotOptions{
 		Message: fmt.Sprintf("changes on %s not in the workspace's history: its head moved to %s", host, head.Short()),
-	})
+	}, cut)
+	j.endCut(cut, false) // the changes stay dirty
 	if err != nil {
 		return fmt.Errorf("keep the changes of %q on this machine: %w", j.cfg.Workspace, err)
 	}

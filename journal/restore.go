@@ -48,6 +48,8 @@ type RestoreResult struct {
 func (j *Journal) Restore(ctx context.Context, from chunkstore.ID, paths []string) (RestoreResult, error) {
 	var res RestoreResult
 	var inval []restoredName
+	j.snapMu.Lock()
+	defer j.snapMu.Unlock()
 	err := func() error {
 		if err := j.lockAll(); err != nil {
 			return err

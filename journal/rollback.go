@@ -25,6 +25,8 @@ import (
 // While files are open Rollback refuses (ErrBusy) unless force is set;
 // forced, handles opened before it are stale (see Stale).
 func (j *Journal) Rollback(ctx context.Context, to chunkstore.ID, force bool) (chunkstore.ID, error) {
+	j.snapMu.Lock()
+	defer j.snapMu.Unlock()
 	var switched bool
 	discarded, err := func() (chunkstore.ID, error) {
 		if err := j.lockAll(); err != nil {
