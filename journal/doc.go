@@ -34,7 +34,9 @@
 //     Open removes what a crash can leave behind: staging files of deleted
 //     inodes and the state of an interrupted rollback.
 //  3. Snapshot is a consistent cut (operations are serialised, so each is
-//     wholly before or after it) and is O(changed): only directories on a
+//     wholly before or after it; the cut itself is O(1) under the lock, the
+//     reading, chunking and packing run without it: cut.go) and is
+//     O(changed): only directories on a
 //     path to a change get new trees (dirty markers carry a generation, so
 //     clearing the dirty set is one write), only changed files are read.
 //     Blobs, then the snapshot record, then a pending marker, then the ref
@@ -57,6 +59,9 @@
 //
 // A Journal serialises its operations with one mutex: Badger transactions
 // plus this lock make every operation atomic and the snapshot cut exact.
+// A snapshot holds it only to cut and to record the result (cut.go): in
+// between, operations go on, and one that would change the bytes of a
+// file the snapshot has yet to read waits for that file only.
 // Single-operation latency, not parallelism, is what an agent's tools feel;
 // the benchmarks measure it.
 //
@@ -66,7 +71,9 @@
 // open keeps its data until its last Release (and a crash deletes it at the
 // next Open). A handle may carry a backing file, the inode's staging file,
 // for FUSE passthrough; files open for writing through one are dirty while
-// open, and take their size and mtime from the staging file.
+// open, and take their size and mtime from the staging file, adopted by
+// each operation on the file and by those that read every size (snapshot,
+// status, statfs), never by scanning every writer on every request.
 //
 // # Not yet
 //
