@@ -331,6 +331,11 @@ func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions, cut *
 	if err == nil {
 		err = c.serveUrgent()
 	}
+	if err == nil && !cut.locked {
+		// Packs and index out and synced now, not under the lock
+		// (PutSnapshot flushes what is left).
+		err = j.store.Flush(ctx)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
 	}

@@ -233,6 +233,14 @@ func (s *space) open() error {
 // watchEvery is how often the watcher looks at the disk.
 const watchEvery = 10 * time.Millisecond
 
+// settleLooks is how many looks in a row must see the same free space for
+// the filling to count as stopped (250 ms): a writer on a busy machine can
+// pause for tens of milliseconds (two looks apart were not enough: a
+// stalled dd then took the released reserve, and the journal was left
+// with none). Nearly full is no sign either: a writer cut short by the
+// last free block writes the rest of its buffer into whatever is freed.
+const settleLooks = 25
+
 // watch releases the reserve as soon as the disk has less free than
 // Badger's own background work (a memtable flush, a compaction) may
 // write, until stop is closed: a disk filled behind the journal's back (by
@@ -247,7 +255,7 @@ func (s *space) watch(stop <-chan struct{}) {
 	}
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
-	last := uint64(1<<64 - 1)
+	last, same := uint64(1<<64-1), 0
 	for {
 		select {
 		case <-stop:
@@ -258,12 +266,17 @@ func (s *space) watch(stop <-chan struct{}) {
 		if err != nil {
 			continue
 		}
-		// Only once the filling stopped (free space the same at two looks
-		// in a row): a writer that is still filling the disk would take
-		// the reserve's blocks too, and the journal would be left with
-		// neither.
-		settled := free == last
+		// Only once the filling stopped (its free space stays the same
+		// for settleLooks looks): a writer that is still filling the disk
+		// would take the reserve's blocks too, and the journal would be
+		// left with neither.
+		if free == last {
+			same++
+		} else {
+			same = 0
+		}
 		last = free
+		settled := same >= settleLooks
 		s.mu.Lock()
 		if s.reserved > 0 && settled && free < s.floor+s.tables {
 			s.free = free
