@@ -35,7 +35,11 @@
 // compare-and-swap: the remote must still hold the value the move
 // replaced. If another writer moved the ref first the move is lost: it is
 // dropped and reported (Pending.Lost), and the snapshot it named stays in
-// the store, where it can be forked.
+// the store, where it can be forked. An index file waits for the entries
+// before it too: other machines dedupe against the packs an index lists,
+// and their ref moves wait only for their own queues, so an index in the
+// remote before its packs would let another machine's snapshot name a
+// pack that this machine might never upload.
 //
 // Refs seen through the outbox carry content ETags ("c-" and a hash of the
 // value): a queued value and the same value uploaded have the same ETag,

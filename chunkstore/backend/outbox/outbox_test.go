@@ -693,3 +693,45 @@ func TestOutbox_ObjectTagStable(t *testing.T) {
 		t.Errorf("List ETag %q, Put said %q", listed, info.ETag)
 	}
 }
+
+// An index file reaches the remote only after the packs queued before it:
+// another machine that loads it dedupes against those packs, and its own
+// ref moves do not wait for this machine's queue (found by the
+// multi-machine torture test: a snapshot on one machine named a pack that
+// another machine had indexed but not uploaded).
+func TestOutbox_IndexAfterItsPacks(t *testing.T) {
+	remote := chunkstoretest.NewFaulty(chunkstoretest.LocalBackend(t))
+	remote.Fail(chunkstoretest.OpPut, "packs/", -1, backend.ErrUnavailable)
+	o := open(t, remote, t.TempDir())
+	put(t, o, "packs/aa/p1", "pack one", backend.Condition{})
+	put(t, o, "index/i1", "index naming p1", backend.Condition{})
+	put(t, o, "snapshots/s1", "a record after the index", backend.Condition{})
+	// Objects after the index go on while the pack fails...
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := remote.Stat(ctx, "snapshots/s1"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an object queued after an index waits for the index")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// ...but the index does not, through many retries of the pack.
+	for n := remote.Count(chunkstoretest.OpPut, "packs/aa/p1"); n < 5; n = remote.Count(chunkstoretest.OpPut, "packs/aa/p1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pack upload was retried %d times in 10 s", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := remote.Stat(ctx, "index/i1"); !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("the index reached the remote before its pack: %v", err)
+	}
+	remote.Heal()
+	waitFor(t, o)
+	for key, want := range map[string]string{"packs/aa/p1": "pack one", "index/i1": "index naming p1"} {
+		if got, err := read(t, remote, key); err != nil || got != want {
+			t.Errorf("remote %s = %q, %v", key, got, err)
+		}
+	}
+}
