@@ -148,13 +148,16 @@ func writeBack(key string) bool {
 
 func isRef(key string) bool { return strings.HasPrefix(key, "refs/") }
 
-// isIndex reports whether key is a store index file. An index names packs,
-// and every machine on the store dedupes against the blobs it lists: one
-// in the remote before a pack it names would let another machine's
-// snapshot (whose ref move waits only for its own queue) refer to a pack
-// the remote may never get, if this machine dies first. So an index is
-// uploaded only after every entry queued before it, like a ref move.
-func isIndex(key string) bool { return strings.HasPrefix(key, "index/") }
+// waitsForEarlier reports whether the object at key is uploaded only after
+// every entry queued before it, like a ref move: a store index file (every
+// machine on the store dedupes against the packs it lists: one in the
+// remote before a pack it names would let another machine's snapshot,
+// whose ref move waits only for its own queue, refer to a pack the remote
+// may never get if this machine dies first) and a lost-snapshot record
+// (other machines fork the snapshot it names).
+func waitsForEarlier(key string) bool {
+	return strings.HasPrefix(key, "index/") || strings.HasPrefix(key, "lost/")
+}
 
 // Open opens (creating it if needed) the outbox in dir over remote, and
 // starts uploading what an earlier process left queued.
@@ -1197,14 +1200,15 @@ func (b *Backend) run() {
 // startable returns the next entry to start, if one may start: the first not
 // started, unless it is a ref move with unfinished entries before it (then
 // nothing may start: entries after a ref move wait for it), and skipping
-// index files with unfinished entries before them (isIndex). b.mu is held.
+// objects that wait for the entries before them (waitsForEarlier). b.mu is
+// held.
 func (b *Backend) startable() *entry {
 	for i, e := range b.queue {
 		switch {
 		case e.started:
 		case e.Ref && i > 0:
 			return nil
-		case isIndex(e.Key) && i > 0:
+		case waitsForEarlier(e.Key) && i > 0:
 		default:
 			return e
 		}
