@@ -162,6 +162,9 @@ type multiTorture struct {
 	ops     map[string]int
 	logs    map[string][]string // workspace -> its log (IDs, newest first), from the last check
 	lost    map[string]map[string]string
+	// badgerDeaths counts daemons that died of the known limit of a full
+	// disk (badgerFault).
+	badgerDeaths int
 }
 
 func runMultiTorture(t *testing.T, store string, extra []string, proxy *s3fault.Proxy) {
@@ -216,6 +219,9 @@ func runMultiTorture(t *testing.T, store string, extra []string, proxy *s3fault.
 	t.Logf("state directories in use at the end: %s (of %d MiB each)", strings.Join(used, ", "), homeFSSize>>20)
 	t.Logf("seed %d: %d steps over %d machines, %d workspaces, %d snapshots known: %v",
 		*multiSeed, *multiSteps, len(m.homes), len(m.wss), len(m.snaps), m.ops)
+	if m.badgerDeaths > 0 {
+		t.Logf("KNOWN LIMIT: %d daemons died of SIGBUS in Badger's table writes on a full disk (README, durability contract); nothing they had acknowledged was lost", m.badgerDeaths)
+	}
 }
 
 // fail stops the test with the seed, the command that replays it, the last
@@ -1384,6 +1390,9 @@ func (m *multiTorture) diskFull(h *mhome, ws string, w *mwork) {
 	f.Close()
 	var did []string
 	for range 1 + m.rng.IntN(3) {
+		if !(&record{PID: w.pid}).alive() {
+			break // died as the disk filled (badgerFault, below)
+		}
 		name := fmt.Sprintf("d%d/f%d", m.rng.IntN(3), m.rng.IntN(6))
 		p := filepath.Join(w.dir, name)
 		data := fmt.Sprintf("m%d %s step %d, disk full %x\n", h.idx, ws, m.step, m.rng.Uint64())
@@ -1409,6 +1418,8 @@ func (m *multiTorture) diskFull(h *mhome, ws string, w *mwork) {
 				w.state = dirty
 			}
 			delete(w.live, name)
+		case rerr != nil && !(&record{PID: w.pid}).alive() && m.badgerFault(h, ws):
+			m.fail("machine %d %s: KNOWN LIMIT, in the middle of a write: the daemon died of SIGBUS in Badger's table write on the full disk (README, durability contract), and the write to %s (%v) is in doubt", h.idx, ws, name, err)
 		case rerr != nil:
 			m.fail("machine %d %s: read %s back after a failed write (%v): %v", h.idx, ws, name, err, rerr)
 		case string(b) == old && existed, strings.HasPrefix(data, string(b)):
@@ -1421,17 +1432,63 @@ func (m *multiTorture) diskFull(h *mhome, ws string, w *mwork) {
 		}
 		did = append(did, fmt.Sprintf("write %s failed (%v), left %d bytes", name, err, len(b)))
 	}
-	r := m.run(h, "snapshot", ws, "-m", fmt.Sprintf("disk full, step %d", m.step))
-	if id := strings.TrimSpace(r.stdout); r.code == 0 && idRE.MatchString(id) {
-		m.acked(h, ws, w, id)
-		did = append(did, "snapshot "+id[:12])
-	} else {
-		m.expect(h, "snapshot on a full disk", r, 0, 1)
-		did = append(did, "snapshot failed: "+firstLine(r.stderr))
+	if (&record{PID: w.pid}).alive() {
+		r := m.run(h, "snapshot", ws, "-m", fmt.Sprintf("disk full, step %d", m.step))
+		if id := strings.TrimSpace(r.stdout); r.code == 0 && idRE.MatchString(id) {
+			m.acked(h, ws, w, id)
+			did = append(did, "snapshot "+id[:12])
+		} else {
+			m.expect(h, "snapshot on a full disk", r, 0, 1)
+			did = append(did, "snapshot failed: "+firstLine(r.stderr))
+		}
 	}
 	os.Remove(filler)
-	m.logStep("machine %d %s: disk full: %s; space freed", h.idx, ws, strings.Join(did, "; "))
-	if !(&record{PID: w.pid}).alive() {
-		m.fail("machine %d %s: the daemon (pid %d) died on a full disk (its log was on that disk: what it said is lost)", h.idx, ws, w.pid)
+	// Every daemon of this machine lives on, bar the known limit: a
+	// table Badger was writing through mmap as the disk filled (SIGBUS).
+	// That is a crash: what they acknowledged is in their journals, and
+	// the test goes on as after a kill -9.
+	for _, other := range slices.Sorted(maps.Keys(h.ws)) {
+		ow := h.ws[other]
+		if !ow.mounted || ow.stopped || (&record{PID: ow.pid}).alive() {
+			continue
+		}
+		if !m.badgerFault(h, other) {
+			m.fail("machine %d %s: the daemon (pid %d) died on a full disk; its log:\n%s", h.idx, other, ow.pid, lastLines(h.in.daemonLog(other), 40))
+		}
+		m.badgerDeaths++
+		r := m.run(h, "unmount", "--no-wait", other)
+		m.expect(h, "unmount of a daemon that died on a full disk", r, 0)
+		ow.mounted = false
+		did = append(did, fmt.Sprintf("KNOWN LIMIT: the daemon of %s died of SIGBUS in Badger's table write (a crash: unmount cleaned up)", other))
 	}
+	m.logStep("machine %d %s: disk full: %s; space freed", h.idx, ws, strings.Join(did, "; "))
+}
+
+// badgerFault reports whether the daemon of ws on h died of the known
+// limit of a full disk: Badger builds its tables in sparse files through
+// mmap, and a page it writes after the disk filled is SIGBUS (its log is
+// preallocated, so the report survives the full disk).
+func (m *multiTorture) badgerFault(h *mhome, ws string) bool {
+	log := h.in.daemonLog(ws)
+	i := strings.LastIndex(log, "[signal SIGBUS")
+	if i < 0 {
+		return false
+	}
+	// The faulting goroutine's stack is the first after the signal line.
+	rest := log[i:]
+	start := strings.Index(rest, "\ngoroutine ")
+	if start < 0 {
+		return false
+	}
+	block := rest[start+1:]
+	if end := strings.Index(block, "\n\ngoroutine "); end >= 0 {
+		block = block[:end]
+	}
+	return strings.Contains(block, "github.com/dgraph-io/")
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/daemon"
 )
@@ -92,6 +93,10 @@ Examples:
 	}
 }
 
+// logReserve is the space a detached daemon's log keeps allocated ahead of
+// its end.
+const logReserve = 1 << 20
+
 func runMount(ctx context.Context, opts mountOptions) error {
 	if opts.Foreground {
 		return serveForeground(ctx, opts)
@@ -109,6 +114,10 @@ func runMount(ctx context.Context, opts mountOptions) error {
 	if err != nil {
 		return err
 	}
+	// Blocks for what the daemon says, taken now: on a disk that fills
+	// up later, its last words (a crash report included) still land.
+	// Best effort: a filesystem without fallocate just does not get it.
+	_ = unix.Fallocate(int(logFile.Fd()), unix.FALLOC_FL_KEEP_SIZE, logStart, logReserve)
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
