@@ -256,6 +256,14 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if path := os.Getenv("CAIRN_MEMPROFILE"); path != "" { // for developers: the heap at unmount
+		defer func() {
+			if f, err := os.Create(path); err == nil {
+				pprof.Lookup("heap").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
 	host, _ := os.Hostname()
 	ttl, err := leaseTTL()
 	if err != nil {
