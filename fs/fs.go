@@ -81,7 +81,7 @@ type FS struct {
 	opts    Options
 	server  *fuse.Server
 	creds   credsCache
-	lookups sync.Map // journal.Ino -> *uint64: kernel lookup counts, for invalidation
+	lookups map[journal.Ino]uint64 // kernel lookup counts, for invalidation; under mu (a sync.Map cost 120 bytes an inode)
 
 	mu          sync.Mutex
 	nextFh      uint64
@@ -130,6 +130,7 @@ func New(j *journal.Journal, opts Options) *FS {
 		dirs:          make(map[uint64]*openDir),
 		dirState:      make(map[journal.Ino]*dirState),
 		backing:       make(map[backingKey]*backingRef),
+		lookups:       make(map[journal.Ino]uint64),
 		passthrough:   !opts.NoPassthrough,
 	}
 }
@@ -242,9 +243,8 @@ func (f *FS) entry(a journal.Attr, out *fuse.EntryOut, gen uint64) {
 	fillAttr(a, &out.Attr)
 	out.SetEntryTimeout(f.opts.Timeout)
 	out.SetAttrTimeout(f.opts.Timeout)
-	n, _ := f.lookups.LoadOrStore(a.Ino, new(uint64))
 	f.mu.Lock()
-	*n.(*uint64)++
+	f.lookups[a.Ino]++
 	f.mu.Unlock()
 }
 
@@ -267,17 +267,12 @@ func (f *FS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *
 
 // Forget implements fuse.RawFileSystem.
 func (f *FS) Forget(nodeid, nlookup uint64) {
-	n, ok := f.lookups.Load(ino(nodeid))
-	if !ok {
-		return
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c := n.(*uint64)
-	if *c <= nlookup {
-		f.lookups.Delete(ino(nodeid))
-	} else {
-		*c -= nlookup
+	if c, ok := f.lookups[ino(nodeid)]; ok && c <= nlookup {
+		delete(f.lookups, ino(nodeid))
+	} else if ok {
+		f.lookups[ino(nodeid)] = c - nlookup
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"syscall"
 
@@ -123,10 +125,12 @@ func (i invalidator) InvalidateAll() {
 	if s == nil {
 		return
 	}
-	i.f.lookups.Range(func(k, _ any) bool {
-		s.InodeNotify(uint64(k.(journal.Ino)), 0, -1)
-		return true
-	})
+	i.f.mu.Lock()
+	inos := slices.Collect(maps.Keys(i.f.lookups))
+	i.f.mu.Unlock()
+	for _, n := range inos { // outside the lock: a notification may wait for a request
+		s.InodeNotify(uint64(n), 0, -1)
+	}
 	s.InodeNotify(uint64(journal.RootIno), 0, -1)
 	// Names (positive and negative dentries) are cached per directory
 	// entry, which the inode notifications above do not reach: bump the
