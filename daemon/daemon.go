@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/chunkstore"
@@ -328,7 +327,7 @@ type daemon struct {
 	outbox  *outbox.Backend // nil: a local store, written directly
 	lease   *LeaseKeeper
 	fs      *cfs.FS
-	srv     *fuse.Server
+	srv     *cfs.Server
 	started time.Time
 
 	stopOnce sync.Once
