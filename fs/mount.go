@@ -100,6 +100,7 @@ func mount(dir string, raw fuse.RawFileSystem, o Options, fsName string) (*Serve
 			return nil, fmt.Errorf("mount %s: %w", dir, err)
 		}
 		if err != nil {
+			s.why = err.Error()
 			o.Logf("cairn: serving %s through /dev/fuse: %v", dir, err)
 		}
 	}

@@ -54,6 +54,7 @@ const (
 type Server struct {
 	srv   *fuse.Server
 	ring  *fuseuring.Ring // nil: served through /dev/fuse alone
+	why   string          // why not through io_uring, when asked (auto)
 	dir   string
 	done  chan struct{}
 	unmnt sync.Once
@@ -68,6 +69,10 @@ func (s *Server) Transport() string {
 	}
 	return TransportNameDev
 }
+
+// Fallback says why a mount asked to serve through io_uring where
+// available (TransportAuto) serves through /dev/fuse; "" otherwise.
+func (s *Server) Fallback() string { return s.why }
 
 // Queues is the number of io_uring queues serving the mount (0 through
 // /dev/fuse).
