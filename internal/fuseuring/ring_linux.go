@@ -171,8 +171,13 @@ type queue struct {
 	cfg    Config
 	served *atomic.Uint64
 
-	mu   sync.Mutex
-	stop int // the wake eventfd; -1 before run made it and after it closed it
+	mu       sync.Mutex
+	stop     int // the wake eventfd; -1 before run made it and after it closed it
+	stopping atomic.Bool
+	sleeping atomic.Bool // the thread waits in io_uring_enter: wake it for a commit
+
+	cmu     sync.Mutex
+	commits []commit // replies ready, for the thread to commit
 
 	mem     []byte
 	entries []entry
@@ -188,6 +193,7 @@ type entry struct {
 }
 
 func (q *queue) wake() {
+	q.stopping.Store(true)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.stop >= 0 {
@@ -230,12 +236,7 @@ func (q *queue) run(started chan<- error) {
 	for i := range q.entries {
 		q.submitRegister(r, i)
 	}
-	s := r.next()
-	s.Opcode = opRead
-	s.Fd = int32(q.stop)
-	s.Addr = uint64(uintptr(unsafe.Pointer(&q.wakeBuf[0])))
-	s.Len = 8
-	s.UserData = wakeTag
+	q.submitWakeRead(r)
 	if err := r.enter(0); err != nil {
 		started <- fmt.Errorf("fuse ring queue %d: %w", q.qid, err)
 		return
@@ -375,17 +376,61 @@ func (q *queue) liveEntries() int {
 // ended: the kernel ends each entry with ENOTCONN or ECONNABORTED) or the
 // queue is woken to stop. It reports whether entries may still be
 // registered (stopped by wake).
+//
+// The queue's thread only submits and reaps: each request is served by
+// the entry's worker goroutine, which hands its commit back and wakes the
+// thread (the wake eventfd) if it sleeps. A handler that blocks (on a
+// lock, on Badger's commit goroutine) then parks an ordinary goroutine,
+// not a locked thread: parking one costs two thread handoffs per block.
 func (q *queue) serve(r *uring) (stillRegistered bool) {
+	work := make([]chan struct{}, len(q.entries))
+	var wg sync.WaitGroup
+	for i := range q.entries {
+		work[i] = make(chan struct{}, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range work[i] {
+				q.post(i, q.handle(&q.entries[i]))
+			}
+		}()
+	}
+	defer func() {
+		for _, w := range work {
+			close(w)
+		}
+		wg.Wait()
+	}()
+
 	live := q.liveEntries()
 	stopped := false
+	var commits []commit
 	for live > 0 && !stopped {
-		if err := r.enter(1); err != nil {
+		commits = q.takeCommits(commits[:0])
+		for _, c := range commits {
+			q.submitCommit(r, c.entry, c.id)
+		}
+		q.served.Add(uint64(len(commits)))
+		// Sleep only with no reply left behind: a worker that posts
+		// after this sees sleeping and wakes the thread.
+		q.sleeping.Store(true)
+		if q.hasCommits() {
+			q.sleeping.Store(false)
+			continue
+		}
+		err := r.enter(1)
+		q.sleeping.Store(false)
+		if err != nil {
 			q.cfg.Logf("cairn: fuse ring queue %d: %v; its requests wait for the unmount", q.qid, err)
 			return true
 		}
 		r.reap(func(c cqe) {
 			if c.UserData == wakeTag {
-				stopped = true
+				if q.stopping.Load() {
+					stopped = true
+					return
+				}
+				q.submitWakeRead(r)
 				return
 			}
 			i := int(c.UserData)
@@ -398,11 +443,53 @@ func (q *queue) serve(r *uring) (stillRegistered bool) {
 				live--
 				return
 			}
-			q.submitCommit(r, i, q.handle(&q.entries[i]))
-			q.served.Add(1)
+			work[i] <- struct{}{}
 		})
 	}
 	return live > 0
+}
+
+// commit is a reply ready in an entry, to be committed by the queue.
+type commit struct {
+	entry int
+	id    uint64
+}
+
+// post hands the commit of entry i to the queue's thread, and wakes it if
+// it sleeps.
+func (q *queue) post(i int, id uint64) {
+	q.cmu.Lock()
+	q.commits = append(q.commits, commit{i, id})
+	q.cmu.Unlock()
+	if q.sleeping.CompareAndSwap(true, false) {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		_, _ = unix.Write(q.stop, one[:])
+	}
+}
+
+func (q *queue) takeCommits(dst []commit) []commit {
+	q.cmu.Lock()
+	dst = append(dst, q.commits...)
+	q.commits = q.commits[:0]
+	q.cmu.Unlock()
+	return dst
+}
+
+func (q *queue) hasCommits() bool {
+	q.cmu.Lock()
+	defer q.cmu.Unlock()
+	return len(q.commits) > 0
+}
+
+// submitWakeRead queues the read of the wake eventfd.
+func (q *queue) submitWakeRead(r *uring) {
+	s := r.next()
+	s.Opcode = opRead
+	s.Fd = int32(q.stop)
+	s.Addr = uint64(uintptr(unsafe.Pointer(&q.wakeBuf[0])))
+	s.Len = 8
+	s.UserData = wakeTag
 }
 
 // handle serves the request in e and writes its reply there; it returns
