@@ -30,26 +30,34 @@ import (
 
 // StatusReply is a mounted workspace's state.
 type StatusReply struct {
-	Workspace    string       `json:"workspace"`
-	Dir          string       `json:"dir"`
-	PID          int          `json:"pid"`
-	Store        string       `json:"store"`
-	Started      time.Time    `json:"started"`
-	Head         string       `json:"head,omitempty"` // last snapshot (the journal's base)
-	Seq          uint64       `json:"seq"`
-	SnapshotTime time.Time    `json:"snapshot_time,omitzero"`
-	DirtyInodes  int          `json:"dirty_inodes"`
-	DirtyBytes   uint64       `json:"dirty_bytes"`
-	Files        uint64       `json:"files"`
-	Bytes        uint64       `json:"bytes"`
-	Inodes       uint64       `json:"inodes"`
-	OpenFiles    int          `json:"open_files"`
-	Passthrough  bool         `json:"passthrough"`
-	IDMapped     bool         `json:"idmapped"`          // the mount may be bound id-mapped (fs.FS.IDMapped)
-	JournalBytes int64        `json:"journal_bytes"`     // local disk used by the journal and staging files
-	CacheBytes   int64        `json:"cache_bytes"`       // local disk used by the store's cache
-	Uploads      *Uploads     `json:"uploads,omitempty"` // a remote store's outbox
-	Lease        *LeaseStatus `json:"lease,omitempty"`
+	Workspace    string    `json:"workspace"`
+	Dir          string    `json:"dir"`
+	PID          int       `json:"pid"`
+	Store        string    `json:"store"`
+	Started      time.Time `json:"started"`
+	Head         string    `json:"head,omitempty"` // last snapshot (the journal's base)
+	Seq          uint64    `json:"seq"`
+	SnapshotTime time.Time `json:"snapshot_time,omitzero"`
+	DirtyInodes  int       `json:"dirty_inodes"`
+	DirtyBytes   uint64    `json:"dirty_bytes"`
+	Files        uint64    `json:"files"`
+	Bytes        uint64    `json:"bytes"`
+	Inodes       uint64    `json:"inodes"`
+	OpenFiles    int       `json:"open_files"`
+	Passthrough  bool      `json:"passthrough"`
+	IDMapped     bool      `json:"idmapped"` // the mount may be bound id-mapped (fs.FS.IDMapped)
+	// Transport is how the kernel's FUSE requests reach the daemon:
+	// "io_uring" (through TransportQueues queues, RingRequests served so
+	// far) or "/dev/fuse" (TransportFallback: why not io_uring, when
+	// io_uring was asked for where available).
+	Transport         string       `json:"transport"`
+	TransportQueues   int          `json:"transport_queues,omitempty"`
+	TransportFallback string       `json:"transport_fallback,omitempty"`
+	RingRequests      uint64       `json:"ring_requests,omitempty"`
+	JournalBytes      int64        `json:"journal_bytes"`     // local disk used by the journal and staging files
+	CacheBytes        int64        `json:"cache_bytes"`       // local disk used by the store's cache
+	Uploads           *Uploads     `json:"uploads,omitempty"` // a remote store's outbox
+	Lease             *LeaseStatus `json:"lease,omitempty"`
 	// ReadOnly is set once the daemon lost its lease: writes fail with
 	// EROFS and snapshots are refused; ReadOnlyReason says why.
 	ReadOnly       bool   `json:"read_only"`

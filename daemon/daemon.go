@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/chunkstore"
@@ -42,6 +41,10 @@ type Config struct {
 	NoIDMap bool
 	// Force takes over the workspace's lease if its holder let it expire.
 	Force bool
+	// Transport is how FUSE requests reach the daemon (fs.Transport):
+	// through io_uring, /dev/fuse, or io_uring where available. Default:
+	// fs.TransportDefault.
+	Transport cfs.Transport
 	// CacheSize bounds the local cache of a remote store's data
 	// (chunkstore.Options.CacheSize).
 	CacheSize int64
@@ -204,9 +207,12 @@ func Run(ctx context.Context, cfg Config, ready func(error)) (err error) {
 		}
 	}()
 
-	f := cfs.New(j, cfs.Options{NoPassthrough: cfg.NoPassthrough, IDMap: !cfg.NoIDMap, Logf: cfg.Logf})
+	f := cfs.New(j, cfs.Options{NoPassthrough: cfg.NoPassthrough, IDMap: !cfg.NoIDMap, Transport: cfg.Transport, Logf: cfg.Logf})
 	inv.set(f.Invalidator())
 	srv, err := cfs.Mount(dir, f, "cairn:"+cfg.Workspace)
+	if errors.Is(err, cfs.ErrTransport) {
+		return fmt.Errorf("%w; --fuse-transport=auto falls back to /dev/fuse", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -328,7 +334,7 @@ type daemon struct {
 	outbox  *outbox.Backend // nil: a local store, written directly
 	lease   *LeaseKeeper
 	fs      *cfs.FS
-	srv     *fuse.Server
+	srv     *cfs.Server
 	started time.Time
 
 	stopOnce sync.Once
@@ -444,6 +450,7 @@ func (d *daemon) status(ctx context.Context) (*StatusReply, error) {
 		Workspace: d.cfg.Workspace, Dir: d.dir, PID: os.Getpid(), Store: d.cfg.Store, Started: d.started,
 		Seq: s.Seq, DirtyInodes: s.DirtyInodes, DirtyBytes: s.DirtyBytes, Files: s.Files, Bytes: s.Bytes,
 		Inodes: s.Inodes, OpenFiles: s.OpenFiles, Passthrough: d.fs.Passthrough(), IDMapped: d.fs.IDMapped(),
+		Transport: d.srv.Transport(), TransportQueues: d.srv.Queues(), TransportFallback: d.srv.Fallback(), RingRequests: d.srv.RingRequests(),
 		JournalBytes: diskUsage(d.paths.Journal), CacheBytes: diskUsage(d.paths.Cache),
 	}
 	if d.outbox != nil {

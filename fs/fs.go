@@ -38,6 +38,10 @@ type Options struct {
 	// Used with IDMap only. Defaults: 100000 and 65536, the sandbox
 	// package's DefaultHostIDBase and IDMapSize.
 	IDMapBase, IDMapSize uint32
+
+	// Transport is how the kernel's requests reach the daemon (see
+	// Transport): "" is TransportDefault.
+	Transport Transport
 }
 
 // Defaults of Options.IDMapBase and Options.IDMapSize: the host ids the

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/journal"
 )
@@ -34,14 +36,28 @@ const TypeName = "cairn"
 //   - READDIRPLUS, symlink caching, and (in the replies) long entry,
 //     negative-entry and attribute timeouts;
 //   - with Options.IDMap, FUSE_ALLOW_IDMAP (go-fuse negotiates it: a
-//     kernel without it mounts as usual, and IDMapped reports false).
-func Mount(dir string, f *FS, fsName string) (*fuse.Server, error) {
+//     kernel without it mounts as usual, and IDMapped reports false);
+//   - with Options.Transport auto or uring, FUSE_OVER_IO_URING: requests
+//     are then served through io_uring (package fuseuring) where the
+//     kernel offers it (Server.Transport says which).
+func Mount(dir string, f *FS, fsName string) (*Server, error) {
 	return mount(dir, f, f.opts, fsName)
 }
 
 // mount mounts raw (f, or in tests f wrapped) with the options of opts.
-func mount(dir string, raw fuse.RawFileSystem, o Options, fsName string) (*fuse.Server, error) {
+//
+// The mount is made here, on a /dev/fuse descriptor of cairn's own, and
+// go-fuse serves that descriptor (its "/dev/fd/N" mount point): INIT,
+// then every request over /dev/fuse, notifications and backing files.
+// With io_uring, the ring takes the requests from then on; go-fuse still
+// serves what the kernel sends over /dev/fuse (FORGET, INTERRUPT).
+func mount(dir string, raw fuse.RawFileSystem, o Options, fsName string) (*Server, error) {
 	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	o.setDefaults()
+	transport, err := ParseTransport(string(o.Transport))
+	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
 	opts := &fuse.MountOptions{
@@ -51,33 +67,67 @@ func mount(dir string, raw fuse.RawFileSystem, o Options, fsName string) (*fuse.
 		MaxBackground:        64,
 		FsName:               fsName,
 		Name:                 TypeName,
-		DirectMount:          true,
-		DirectMountStrict:    true,
 		EnableSymlinkCaching: true,
 		ExtraCapabilities:    fuse.CAP_HANDLE_KILLPRIV_V2,
 		IDMappedMount:        o.IDMap,
 		Logger:               nil,
 	}
-	srv, err := fuse.NewServer(raw, dir, opts)
+	if transport != TransportDev {
+		opts.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
+	}
+	fd, err := mountDev(dir, opts)
 	if err != nil {
 		if errno, ok := err.(syscall.Errno); ok && errno == syscall.EPERM {
 			return nil, fmt.Errorf("mount %s: %w (cairn mounts with mount(2) and needs root or CAP_SYS_ADMIN)", dir, err)
 		}
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
-	// go-fuse leaves the /dev/fuse descriptor of a direct mount inheritable
-	// (v2.12.1). A child that inherited it would keep the connection alive
-	// after this process died, and if it waited on the mount, wait forever.
-	if err := closeFuseOnExec(); err != nil {
-		_ = srv.Unmount()
-		return nil, fmt.Errorf("mount %s: %w", dir, err)
-	}
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		_ = srv.Unmount()
+	srv, err := fuse.NewServer(raw, "/dev/fd/"+strconv.Itoa(fd), opts)
+	if err != nil {
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		unix.Close(fd)
 		return nil, fmt.Errorf("mount %s: the kernel did not answer: %w", dir, err)
 	}
-	return srv, nil
+	s := &Server{srv: srv, dir: dir, done: make(chan struct{})}
+	served := make(chan struct{})
+	go func() {
+		srv.Serve()
+		close(served)
+	}()
+	if transport != TransportDev {
+		s.ring, err = startRing(fd, raw, opts, srv.KernelSettings(), o.Logf)
+		if err != nil && transport == TransportURing {
+			_ = unix.Unmount(dir, unix.MNT_DETACH)
+			<-served
+			return nil, fmt.Errorf("mount %s: %w", dir, err)
+		}
+		if err != nil {
+			s.why = err.Error()
+			o.Logf("cairn: serving %s through /dev/fuse: %v", dir, err)
+		}
+	}
+	go func() {
+		<-served
+		if s.ring != nil {
+			s.ring.Wait()
+		}
+		close(s.done)
+	}()
+	pollHack(dir)
+	return s, nil
+}
+
+// pollHack makes the kernel ask for POLL once, which go-fuse answers
+// ENOSYS for good (go-fuse's WaitMount does this, but not for a mount
+// made on a descriptor of one's own): a later POLL could wait for a server
+// thread Go's netpoller holds.
+func pollHack(dir string) {
+	fd, err := unix.Open(filepath.Join(dir, ".go-fuse-epoll-hack"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	_, _ = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	unix.Close(fd)
 }
 
 // IDMapped reports whether the mount may be bound id-mapped: Options.IDMap
@@ -138,23 +188,6 @@ func (i invalidator) InvalidateAll() {
 	if err := incEpoch(); err != nil {
 		i.f.opts.Logf("cairn: the kernel's cached names could not be dropped (%v): names may resolve to the old state until remount", err)
 	}
-}
-
-// closeFuseOnExec marks this process's /dev/fuse descriptors close-on-exec.
-func closeFuseOnExec() error {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target != "/dev/fuse" {
-			continue
-		}
-		if fd, err := strconv.Atoi(e.Name()); err == nil {
-			syscall.CloseOnExec(fd)
-		}
-	}
-	return nil
 }
 
 // notifyIncEpoch is FUSE_NOTIFY_INC_EPOCH (Linux 6.16), which go-fuse

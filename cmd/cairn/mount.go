@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cairnfs/cairn/daemon"
+	cfs "github.com/cairnfs/cairn/fs"
 )
 
 // readyFDEnv names the file descriptor a detached daemon reports on: "ok",
@@ -33,6 +34,8 @@ type mountOptions struct {
 	NoPassthrough        bool
 	NoIDMap              bool
 	Force                bool
+	// Transport is the FUSE transport (--fuse-transport).
+	Transport cfs.Transport
 	// Quiet reports the mount on stderr, not stdout (cairn run: stdout
 	// is the command's).
 	Quiet bool
@@ -68,16 +71,24 @@ the caller of the others in /proc: a process it cannot see there (in a pid
 namespace other than the daemon's or below it) is treated as nobody.
 --no-idmap turns this off (for a daemon in a container of its own).
 
+--fuse-transport says how the kernel's requests reach the daemon: dev
+(read and write /dev/fuse, the default), uring (FUSE over io_uring: Linux
+6.14 and later with /sys/module/fuse/parameters/enable_uring Y; refused
+where unavailable) or auto (io_uring where available, else /dev/fuse).
+` + "`cairn status`" + ` says which one a mount uses.
+
 Examples:
    cairn mount agent-1 /workspace
    cairn mount --from agent-1@3 agent-1-retry /mnt/retry
-   cairn mount --foreground agent-1 /workspace`,
+   cairn mount --foreground agent-1 /workspace
+   cairn mount --fuse-transport=auto agent-1 /workspace`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "from", Usage: "start a new workspace from snapshot `SNAP`"},
 			&cli.BoolFlag{Name: "foreground", Usage: "serve in the foreground until SIGTERM or unmount"},
 			&cli.BoolFlag{Name: "no-passthrough", Usage: "send all reads and writes through the daemon (no FUSE passthrough)"},
 			&cli.BoolFlag{Name: "no-idmap", Usage: "do not let sandboxes bind the mount id-mapped (the kernel then names every request's caller)"},
 			&cli.BoolFlag{Name: "force", Usage: "take over the workspace's lease if its holder let it expire"},
+			&cli.StringFlag{Name: "fuse-transport", Value: string(cfs.TransportDefault), Usage: "how FUSE requests reach the daemon: `auto`, uring (FUSE over io_uring) or dev (/dev/fuse)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 2 {
@@ -87,8 +98,13 @@ Examples:
 			if err != nil {
 				return err
 			}
+			transport, err := cfs.ParseTransport(c.String("fuse-transport"))
+			if err != nil {
+				return usageError{fmt.Errorf("--fuse-transport: %w", err)}
+			}
 			return runMount(c.Context, mountOptions{globals: g, Workspace: c.Args().Get(0), Dir: c.Args().Get(1),
-				From: c.String("from"), Foreground: c.Bool("foreground"), NoPassthrough: c.Bool("no-passthrough"), NoIDMap: c.Bool("no-idmap"), Force: c.Bool("force")})
+				From: c.String("from"), Foreground: c.Bool("foreground"), NoPassthrough: c.Bool("no-passthrough"), NoIDMap: c.Bool("no-idmap"), Force: c.Bool("force"),
+				Transport: transport})
 		},
 	}
 }
@@ -138,6 +154,9 @@ func runMount(ctx context.Context, opts mountOptions) error {
 	}
 	if opts.Force {
 		args = append(args, "--force")
+	}
+	if opts.Transport != "" {
+		args = append(args, "--fuse-transport", string(opts.Transport))
 	}
 	args = append(args, "--", opts.Workspace, opts.Dir)
 	exe, err := os.Executable()
@@ -271,7 +290,7 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 	}
 	return daemon.Run(ctx, daemon.Config{
 		Home: opts.Home, Store: opts.Store, Workspace: opts.Workspace, Dir: opts.Dir, From: opts.From,
-		Host: host, Version: version, NoPassthrough: opts.NoPassthrough, NoIDMap: opts.NoIDMap, Force: opts.Force, LeaseTTL: ttl, CacheSize: opts.CacheSize, Logf: logger.Printf,
+		Host: host, Version: version, NoPassthrough: opts.NoPassthrough, NoIDMap: opts.NoIDMap, Force: opts.Force, Transport: opts.Transport, LeaseTTL: ttl, CacheSize: opts.CacheSize, Logf: logger.Printf,
 	}, ready)
 }
 

@@ -107,6 +107,9 @@ func runStatus(ctx context.Context, w io.Writer, g globals, ws string, asJSON bo
 		return err
 	}
 	for _, s := range out {
+		if t := transportString(s.StatusReply); t != "" {
+			fmt.Fprintf(w, "%s: %s\n", s.Workspace, t)
+		}
 		if l := s.Lease; l != nil {
 			msg := fmt.Sprintf("%s: lease %s, until %s", s.Workspace, l.State, l.Expires.Local().Format(time.DateTime))
 			if l.LastError != "" {
@@ -171,4 +174,18 @@ func bytesString(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// transportString says how a mount is served ("" for a daemon that did
+// not say).
+func transportString(s *daemon.StatusReply) string {
+	switch {
+	case s.Transport == "":
+		return ""
+	case s.TransportQueues > 0:
+		return fmt.Sprintf("FUSE over %s (%d queues)", s.Transport, s.TransportQueues)
+	case s.TransportFallback != "":
+		return fmt.Sprintf("FUSE over %s (%s)", s.Transport, s.TransportFallback)
+	}
+	return "FUSE over " + s.Transport
 }

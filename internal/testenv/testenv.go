@@ -61,3 +61,54 @@ func RSS() uint64 {
 	}
 	return 0
 }
+
+// enableURing is the fuse module's switch for FUSE over io_uring.
+const enableURing = "/sys/module/fuse/parameters/enable_uring"
+
+// NeedFUSEURing turns FUSE over io_uring on for the test (the fuse
+// module's enable_uring parameter, set back at the end). On a kernel
+// without it the test skips, in CI too (the kernel does not claim it); on
+// one that has it but where it cannot be turned on, the test skips, and
+// fails in CI.
+func NeedFUSEURing(t testing.TB) {
+	t.Helper()
+	NeedRoot(t, "FUSE over io_uring", true)
+	old, err := os.ReadFile(enableURing)
+	if err != nil {
+		t.Skipf("this kernel has no FUSE over io_uring (Linux 6.14 and later with CONFIG_FUSE_IO_URING): %v", err)
+	}
+	if strings.TrimSpace(string(old)) == "Y" {
+		return
+	}
+	if err := os.WriteFile(enableURing, []byte("Y"), 0); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the kernel has FUSE over io_uring, but it cannot be turned on (%v), and CI must not skip", err)
+		}
+		t.Skipf("FUSE over io_uring cannot be turned on: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(enableURing, old, 0); err != nil {
+			t.Errorf("set %s back to %q: %v", enableURing, strings.TrimSpace(string(old)), err)
+		}
+	})
+}
+
+// NoFUSEURing turns FUSE over io_uring off for the test (set back at the
+// end), as on a kernel without it. Where there is no such switch, the
+// kernel has none, which is what the test wants.
+func NoFUSEURing(t testing.TB) {
+	t.Helper()
+	NeedRoot(t, "turns FUSE over io_uring off", false)
+	old, err := os.ReadFile(enableURing)
+	if err != nil || strings.TrimSpace(string(old)) == "N" {
+		return
+	}
+	if err := os.WriteFile(enableURing, []byte("N"), 0); err != nil {
+		t.Fatalf("turn FUSE over io_uring off: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(enableURing, old, 0); err != nil {
+			t.Errorf("set %s back to %q: %v", enableURing, strings.TrimSpace(string(old)), err)
+		}
+	})
+}
