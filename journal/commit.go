@@ -604,10 +604,6 @@ func (c *committer) xattrs(ino Ino) ([]chunkstore.Xattr, error) {
 	return xattrsOf(c.txn, c.epoch, ino)
 }
 
-func (j *Journal) xattrs(txn *badger.Txn, ino Ino) ([]chunkstore.Xattr, error) {
-	return xattrsOf(txn, j.m.Epoch, ino)
-}
-
 func xattrsOf(txn *badger.Txn, epoch uint32, ino Ino) ([]chunkstore.Xattr, error) {
 	prefix := xattrPrefix(epoch, ino)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
