@@ -77,6 +77,10 @@ func NeedFUSEURing(t testing.TB) {
 	if err != nil {
 		t.Skipf("this kernel has no FUSE over io_uring (Linux 6.14 and later with CONFIG_FUSE_IO_URING): %v", err)
 	}
+	lockURing(t)
+	if old, err = os.ReadFile(enableURing); err != nil {
+		t.Fatal(err)
+	}
 	if strings.TrimSpace(string(old)) == "Y" {
 		return
 	}
@@ -93,12 +97,34 @@ func NeedFUSEURing(t testing.TB) {
 	})
 }
 
+// lockURing holds an exclusive lock on the enable_uring parameter until
+// the test ends: the switch is the machine's, and tests of other packages
+// (go test runs them in parallel) or other checkouts may want it the other
+// way at the same time. Cleanups run last-registered first, so the lock
+// outlives the restore of the value.
+func lockURing(t testing.TB) {
+	t.Helper()
+	f, err := os.Open(enableURing)
+	if err != nil {
+		t.Fatalf("lock %s: %v", enableURing, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("lock %s: %v", enableURing, err)
+	}
+	t.Cleanup(func() { f.Close() })
+}
+
 // NoFUSEURing turns FUSE over io_uring off for the test (set back at the
 // end), as on a kernel without it. Where there is no such switch, the
 // kernel has none, which is what the test wants.
 func NoFUSEURing(t testing.TB) {
 	t.Helper()
 	NeedRoot(t, "turns FUSE over io_uring off", false)
+	if _, err := os.Stat(enableURing); err != nil {
+		return
+	}
+	lockURing(t)
 	old, err := os.ReadFile(enableURing)
 	if err != nil || strings.TrimSpace(string(old)) == "N" {
 		return
