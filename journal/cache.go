@@ -59,7 +59,21 @@ func (j *Journal) getInode(txn *badger.Txn, ino Ino) (*inode, error) {
 		cp := *n
 		return &cp, nil
 	}
-	item, err := txn.Get(inodeKey(j.m.Epoch, ino))
+	n, err := readInode(txn, j.m.Epoch, ino)
+	if err != nil {
+		return nil, err
+	}
+	if len(j.cache.m) >= inodeCacheMax {
+		clear(j.cache.m)
+	}
+	j.cache.m[ino] = n
+	cp := *n
+	return &cp, nil
+}
+
+// readInode reads and decodes ino's record of epoch from Badger.
+func readInode(txn *badger.Txn, epoch uint32, ino Ino) (*inode, error) {
+	item, err := txn.Get(inodeKey(epoch, ino))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
 	}
@@ -71,15 +85,7 @@ func (j *Journal) getInode(txn *badger.Txn, ino Ino) (*inode, error) {
 		n, err = decodeInode(ino, v)
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	if len(j.cache.m) >= inodeCacheMax {
-		clear(j.cache.m)
-	}
-	j.cache.m[ino] = n
-	cp := *n
-	return &cp, nil
+	return n, err
 }
 
 func (j *Journal) putInode(txn *badger.Txn, n *inode) error {

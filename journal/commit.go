@@ -101,21 +101,7 @@ func (j *Journal) newCommitter(ctx context.Context, cut *cutState) *committer {
 }
 
 // inode reads ino's record as of the committer's transaction.
-func (c *committer) inode(ino Ino) (*inode, error) {
-	item, err := c.txn.Get(inodeKey(c.epoch, ino))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var n *inode
-	err = item.Value(func(v []byte) error {
-		n, err = decodeInode(ino, v)
-		return err
-	})
-	return n, err
-}
+func (c *committer) inode(ino Ino) (*inode, error) { return readInode(c.txn, c.epoch, ino) }
 
 func (c *committer) isDirty(ino Ino) bool {
 	_, ok := c.dirty[ino]
