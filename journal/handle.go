@@ -140,7 +140,7 @@ func (j *Journal) openBacking(n *inode, write bool) (*os.File, error) {
 	}
 	// Always read-write: the kernel keeps one backing file per inode for
 	// every handle, readers' and writers'.
-	bf, err := os.OpenFile(j.stagingPath(n.Ino), os.O_RDWR, 0)
+	bf, err := openFile(j.stagingPath(n.Ino), os.O_RDWR, 0)
 	if err != nil {
 		return nil, j.dataErr("open staging file for passthrough", n.Ino, err)
 	}
