@@ -57,6 +57,9 @@
 //
 // A Journal serialises its operations with one mutex: Badger transactions
 // plus this lock make every operation atomic and the snapshot cut exact.
+// One read takes no lock: GetXattr of an inode whose committed record has
+// no xattrs (cache.go, xattrFree), which the kernel asks for twice per file
+// written.
 // Single-operation latency, not parallelism, is what an agent's tools feel;
 // the benchmarks measure it.
 //
@@ -66,7 +69,9 @@
 // open keeps its data until its last Release (and a crash deletes it at the
 // next Open). A handle may carry a backing file, the inode's staging file,
 // for FUSE passthrough; files open for writing through one are dirty while
-// open, and take their size and mtime from the staging file.
+// open, and take their size and mtime from the staging file. CreateOpen
+// (FUSE_CREATE) makes and opens a new file in one transaction, its empty
+// staging file created just before it with one open(2).
 //
 // # Not yet
 //

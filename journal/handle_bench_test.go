@@ -84,3 +84,37 @@ func BenchmarkGetXattrNone(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGetAttr is GETATTR of a file whose record is cached (the
+// kernel asks for a directory's attributes after each create in it).
+func BenchmarkGetAttr(b *testing.B) {
+	j := benchJournal(b)
+	a, err := j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cpuPerOp(b)()
+	for b.Loop() {
+		if _, err := j.GetAttr(ctx, a.Ino); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSetAttr is SETATTR (chmod) of a new file: tar sets the owner,
+// mode and times of each file it makes.
+func BenchmarkSetAttr(b *testing.B) {
+	j := benchJournal(b)
+	a, err := j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cpuPerOp(b)()
+	i := 0
+	for b.Loop() {
+		if _, err := j.SetAttr(ctx, journal.Root, a.Ino, journal.SetAttrIn{Valid: journal.SetMode, Mode: 0o600 | uint32(i&1)}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
