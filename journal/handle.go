@@ -213,22 +213,35 @@ func (j *Journal) openBacking(n *inode, write bool) (*os.File, error) {
 		f, err = j.prepareData(n)
 	case !n.Staged:
 		f, err = j.stageClean(n)
-	default:
-		f, err = j.openStaged(n)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !busy {
-		if err := j.trim(f, n); err != nil {
+	// Always read-write: the kernel keeps one backing file per inode for
+	// every handle, readers' and writers'. A reader of a staged file needs
+	// this open only (not the journal's own, j.files).
+	path := j.stagingPath(n.Ino)
+	bf, err := openFile(path, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) && f == nil {
+		// An empty file whose staging file a crash kept from being made:
+		// openStaged makes it.
+		if _, err := j.openStaged(n); err != nil {
 			return nil, err
 		}
+		bf, err = openFile(path, os.O_RDWR, 0)
 	}
-	// Always read-write: the kernel keeps one backing file per inode for
-	// every handle, readers' and writers'.
-	bf, err := openFile(j.stagingPath(n.Ino), os.O_RDWR, 0)
 	if err != nil {
 		return nil, j.dataErr("open staging file for passthrough", n.Ino, err)
+	}
+	if !busy {
+		var t File = osFile{bf}
+		if f != nil {
+			t = f
+		}
+		if err := j.trim(t, n); err != nil {
+			bf.Close()
+			return nil, err
+		}
 	}
 	if write {
 		ws := j.writers[n.Ino]

@@ -118,3 +118,34 @@ func BenchmarkSetAttr(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkOpenReadRelease is `open(O_RDONLY)` + `close` of files written
+// before (git add after tar -x) through the FUSE layer with passthrough:
+// Open with a backing file for reading, release.
+func BenchmarkOpenReadRelease(b *testing.B) {
+	j := benchJournal(b)
+	const files = 1000
+	inos := make([]journal.Ino, files)
+	for i := range inos {
+		a, err := j.Create(ctx, journal.Root, journal.RootIno, "f"+strconv.Itoa(i), 0o644)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := j.Write(ctx, journal.Root, a.Ino, []byte("content"), 0); err != nil {
+			b.Fatal(err)
+		}
+		inos[i] = a.Ino
+	}
+	defer cpuPerOp(b)()
+	i := 0
+	for b.Loop() {
+		h, err := j.Open(ctx, journal.Root, inos[i%files], false, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := j.Release(ctx, h); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

@@ -397,6 +397,38 @@ func TestHandle_CreateOpen(t *testing.T) {
 		}
 	})
 
+	t.Run("MissingStagingFile", func(t *testing.T) {
+		// An empty staged file whose staging file is missing (a crash
+		// between a truncate's record and its staging file) opens.
+		a, h, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, "gone", 0o644, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+		if err := os.Remove(filepath.Join(dir, "staging", "1", fmtAny(uint64(a.Ino)))); err != nil {
+			t.Fatal(err)
+		}
+		j = e.openUnmanaged(dir)
+		for _, write := range []bool{false, true} {
+			h, err := j.Open(ctx, journal.Root, a.Ino, write, true)
+			if err != nil {
+				t.Fatalf("open (write %v): %v", write, err)
+			}
+			if h.Backing() == nil {
+				t.Fatalf("open (write %v): no backing file", write)
+			}
+			if err := j.Release(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := readAll(t, j, a.Ino); len(got) != 0 {
+			t.Fatalf("reads %q", got)
+		}
+	})
+
 	t.Run("Reopen", func(t *testing.T) {
 		// Closed while open for writing (as a crash would leave it): the
 		// next Open takes what was written to the backing file.
