@@ -488,36 +488,42 @@ func (f *FS) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, name string) 
 	return f.status(f.j.RemoveXattr(bg, f.caller(h, true), ino(h.NodeId), name))
 }
 
-// Create implements fuse.RawFileSystem.
+// Create implements fuse.RawFileSystem: the file is made and opened in
+// one journal call (one transaction, one open of its staging file).
 func (f *FS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	gen := f.j.Generation()
-	a, err := f.j.Create(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, in.Mode&journal.ModePerm)
+	write := in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	a, h, err := f.j.CreateOpen(bg, f.caller(&in.InHeader, true), ino(in.NodeId), name, in.Mode&journal.ModePerm, write, f.wantBacking())
 	if err != nil {
 		return f.status(err)
 	}
 	f.changed(ino(in.NodeId))
-	if st := f.open(a.Ino, in.Flags, &out.OpenOut); st != fuse.OK {
-		// The file exists; the kernel will see it on its next lookup.
-		return st
-	}
+	f.opened(h, write, &out.OpenOut)
 	f.entry(a, &out.EntryOut, gen)
 	return fuse.OK
 }
 
 // Open implements fuse.RawFileSystem.
 func (f *FS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	return f.open(ino(in.NodeId), in.Flags, out)
-}
-
-func (f *FS) open(n journal.Ino, flags uint32, out *fuse.OpenOut) fuse.Status {
-	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
-	f.mu.Lock()
-	want := f.passthrough
-	f.mu.Unlock()
-	h, err := f.j.Open(bg, journal.Root, n, write, want)
+	write := in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	h, err := f.j.Open(bg, journal.Root, ino(in.NodeId), write, f.wantBacking())
 	if err != nil {
 		return f.status(err)
 	}
+	f.opened(h, write, out)
+	return fuse.OK
+}
+
+// wantBacking reports whether opens should ask for backing files.
+func (f *FS) wantBacking() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.passthrough
+}
+
+// opened registers h, opened for writing or not, and fills the reply.
+func (f *FS) opened(h *journal.Handle, write bool, out *fuse.OpenOut) {
+	n := h.Ino
 	of := &openFile{h: h}
 	key := backingKey{n, h.Generation()}
 	f.mu.Lock()
@@ -560,7 +566,6 @@ func (f *FS) open(n journal.Ino, flags uint32, out *fuse.OpenOut) fuse.Status {
 	f.nextFh++
 	out.Fh = f.nextFh
 	f.files[out.Fh] = of
-	return fuse.OK
 }
 
 // stale reports whether handle fh was opened before a forced rollback: it

@@ -24,7 +24,18 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 			return Attr{}, err
 		}
 	}
-	if err := j.adopt(ino); err != nil {
+	// What the kernel wrote to a file open for passthrough writing is
+	// recorded in this operation's transaction (tar's chown, chmod and
+	// utimes after its write), except before a size change, which plans
+	// from the recorded size.
+	var written *writerChange
+	var err error
+	if in.Valid&SetSize != 0 {
+		err = j.adopt(ino)
+	} else {
+		written, err = j.pendingWrite(ino)
+	}
+	if err != nil {
 		return Attr{}, err
 	}
 	now := j.cfg.Clock()
@@ -50,6 +61,9 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 		n, err := j.getInode(txn, ino)
 		if err != nil {
 			return err
+		}
+		if written != nil {
+			written.apply(j, n)
 		}
 		v := in.Valid
 		oldGID := n.GID
@@ -111,6 +125,9 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 	if err != nil {
 		delete(j.trimmed, ino)
 		return a, err
+	}
+	if written != nil {
+		written.committed(j)
 	}
 	// The new size is committed: now the staging file may lose bytes.
 	switch {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -29,6 +30,84 @@ type inodeCache struct {
 	// emptied by a commit.
 	dirty        map[Ino]struct{}
 	pendingDirty []Ino
+
+	// noXattrs holds inodes whose committed records say they have no
+	// xattrs, for GetXattr without the journal's lock.
+	noXattrs xattrFree
+}
+
+// xattrFree is a set of inodes of the current epoch known to have no
+// xattrs, read without the journal's lock: the kernel asks for
+// security.capability twice for each file written (a fifth of the
+// requests of tar -x), and GetXattr answers those from here.
+//
+// It follows the committed records: publish adds an inode whose record it
+// publishes without HasXattrs and removes any other, getInode adds one it
+// loads without, reset empties it. Every change of an inode's xattrs
+// writes its record (HasXattrs set) in the same transaction, and xattrs
+// never exist without HasXattrs, so the set never holds an inode with
+// xattrs once the transaction that gave it some is published, which is
+// before the call that gave them returns: a GetXattr that finds an inode
+// here is ordered before that call.
+type xattrFree struct {
+	mu     sync.RWMutex
+	m      map[Ino]struct{}
+	closed bool // the journal is closed: nothing is answered from here
+}
+
+// xattrFreeMax bounds the set; past it, it starts over (a miss costs only
+// the locked path).
+const xattrFreeMax = 1 << 16
+
+// has reports whether ino is known to have no xattrs.
+func (x *xattrFree) has(ino Ino) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	_, ok := x.m[ino]
+	return ok && !x.closed
+}
+
+// addLocked adds ino; x.mu is held.
+func (x *xattrFree) addLocked(ino Ino) {
+	if x.m == nil || len(x.m) >= xattrFreeMax {
+		x.m = make(map[Ino]struct{})
+	}
+	x.m[ino] = struct{}{}
+}
+
+// note records what n's committed record says.
+func (x *xattrFree) note(n *inode) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if n.HasXattrs {
+		delete(x.m, n.Ino)
+	} else {
+		x.addLocked(n.Ino)
+	}
+}
+
+// publish records the records a transaction committed (nil: deleted).
+func (x *xattrFree) publish(recs map[Ino]*inode) {
+	if len(recs) == 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for ino, n := range recs {
+		if n != nil && !n.HasXattrs {
+			x.addLocked(ino)
+		} else {
+			delete(x.m, ino)
+		}
+	}
+}
+
+// clear empties the set; with closed, for good.
+func (x *xattrFree) clear(closed bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.m = nil
+	x.closed = x.closed || closed
 }
 
 // inodeCacheMax bounds the cache; past it, it starts over.
@@ -45,6 +124,7 @@ func (c *inodeCache) reset() {
 	c.pendingMarked = c.pendingMarked[:0]
 	clear(c.dirty)
 	c.pendingDirty = c.pendingDirty[:0]
+	c.noXattrs.clear(false)
 }
 
 func (j *Journal) getInode(txn *badger.Txn, ino Ino) (*inode, error) {
@@ -67,6 +147,7 @@ func (j *Journal) getInode(txn *badger.Txn, ino Ino) (*inode, error) {
 		clear(j.cache.m)
 	}
 	j.cache.m[ino] = n
+	j.cache.noXattrs.note(n)
 	cp := *n
 	return &cp, nil
 }
@@ -142,6 +223,7 @@ func (c *inodeCache) publish(committed, bounded bool) {
 		if len(c.m)+len(c.pending) > inodeCacheMax {
 			clear(c.m)
 		}
+		c.noXattrs.publish(c.pending)
 		for ino, n := range c.pending {
 			if n != nil && (!bounded || len(c.m) < inodeCacheMax) {
 				c.m[ino] = n

@@ -61,7 +61,9 @@
 // plus this lock make every operation atomic and the snapshot cut exact.
 // A snapshot holds it only to cut and to record the result (cut.go): in
 // between, operations go on, and one that would change the bytes of a
-// file the snapshot has yet to read waits for that file only.
+// file the snapshot has yet to read waits for that file only. One read
+// takes no lock: GetXattr of an inode whose committed record has no xattrs
+// (cache.go, xattrFree), which the kernel asks for twice per file written.
 // Single-operation latency, not parallelism, is what an agent's tools feel;
 // the benchmarks measure it.
 //
@@ -74,6 +76,8 @@
 // open, and take their size and mtime from the staging file, adopted by
 // each operation on the file and by those that read every size (snapshot,
 // status, statfs), never by scanning every writer on every request.
+// CreateOpen (FUSE_CREATE) makes and opens a new file in one transaction,
+// its empty staging file created just before it with one open(2).
 //
 // # Not yet
 //

@@ -55,8 +55,13 @@ func (h *Handle) Backing() *os.File { return h.backing }
 type writerState struct {
 	handles int
 	size    int64 // staging file size and mtime last adopted
-	mtime   int64
+	mtime   int64 // mtimeUnknown: not known (the staging file is new)
 }
+
+// mtimeUnknown is the mtime of a writerState whose staging file CreateOpen
+// made empty: it changes only with a write, which makes it longer, so its
+// size alone says whether the kernel wrote to it.
+const mtimeUnknown = -1
 
 // Open opens regular file ino. With write, the caller may write through the
 // handle. With backing, the caller wants a backing file for passthrough
@@ -100,6 +105,87 @@ func (j *Journal) Open(ctx context.Context, c Caller, ino Ino, write, backing bo
 	return h, nil
 }
 
+// CreateOpen is Create, then Open of the new file (FUSE_CREATE), under one
+// lock and in one transaction. With backing (where Open's rules give one),
+// the new file's empty staging file is created first, with one open(2)
+// (O_EXCL), and becomes the handle's backing file; the transaction that
+// makes the file also makes it Staged and, with write, marks it a writer.
+// A new file has no bytes: no copy-up, no trim, no stat. A kill -9 at any
+// point leaves the file made and open as Open would (an acknowledged
+// create is in the journal; what the kernel wrote to the backing file is
+// adopted at the next Open, as for any writer), or no file and at most a
+// staging file no record names, which the next create of its inode number
+// cuts.
+func (j *Journal) CreateOpen(ctx context.Context, c Caller, parent Ino, name string, mode uint32, write, backing bool) (Attr, *Handle, error) {
+	if err := j.lockW(); err != nil {
+		return Attr{}, nil, err
+	}
+	defer j.mu.Unlock()
+	if err := j.checkMknode(ctx, parent, name); err != nil {
+		return Attr{}, nil, err
+	}
+	mode &= ModePerm
+	// Setgid may only be dropped from mode by the parent's rules below:
+	// the rules of Open, applied to mode, are as strict or stricter.
+	pass := backing && j.mayPassThrough(&inode{Attr: Attr{Mode: mode}}, write)
+	ino := Ino(j.m.NextIno)
+	var bf *os.File
+	if pass {
+		var err error
+		if bf, err = j.createBacking(ino); err != nil {
+			return Attr{}, nil, err
+		}
+	}
+	a, err := j.mknodeLocked(c, parent, name, TypeRegular, mode, 0, "", func(txn *badger.Txn, n *inode) error {
+		if n.Ino != ino {
+			return fmt.Errorf("%w: create %q: inode %d, expected %d", ErrIO, name, n.Ino, ino)
+		}
+		if !pass {
+			return nil
+		}
+		n.Staged = true
+		if write {
+			return txn.Set(writerKey(j.m.Epoch, n.Ino), nil)
+		}
+		return nil
+	})
+	if err != nil {
+		if bf != nil {
+			bf.Close()
+			j.cfg.FS.Remove(j.stagingPath(ino))
+		}
+		return Attr{}, nil, err
+	}
+	h := &Handle{Ino: ino, write: write, epoch: j.m.Epoch, gen: j.generation.Load(), backing: bf}
+	if pass {
+		j.trimmed[ino] = struct{}{}
+		if write {
+			j.writers[ino] = &writerState{handles: 1, mtime: mtimeUnknown}
+		}
+	}
+	j.opens[ino]++
+	return a, h, nil
+}
+
+// createBacking creates the empty staging file of the new inode ino and
+// returns it to be a backing file.
+func (j *Journal) createBacking(ino Ino) (*os.File, error) {
+	f, err := j.createStaging(ino)
+	if err != nil {
+		return nil, j.dataErr("create staging file", ino, err)
+	}
+	if of, ok := f.(osFile); ok {
+		return of.File, nil
+	}
+	// A File of another FS (tests): open the path for the kernel.
+	f.Close()
+	bf, err := openFile(j.stagingPath(ino), os.O_RDWR, 0)
+	if err != nil {
+		return nil, j.dataErr("open staging file for passthrough", ino, err)
+	}
+	return bf, nil
+}
+
 // Stale reports whether h was opened before a rollback: the file it named
 // is gone from the live state, and operations on it fail with ErrStale.
 func (j *Journal) Stale(h *Handle) bool {
@@ -134,22 +220,35 @@ func (j *Journal) openBacking(n *inode, write bool) (*os.File, error) {
 		f, err = j.prepareData(n)
 	case !n.Staged:
 		f, err = j.stageClean(n)
-	default:
-		f, err = j.openStaged(n)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !busy {
-		if err := j.trim(f, n); err != nil {
+	// Always read-write: the kernel keeps one backing file per inode for
+	// every handle, readers' and writers'. A reader of a staged file needs
+	// this open only (not the journal's own, j.files).
+	path := j.stagingPath(n.Ino)
+	bf, err := openFile(path, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) && f == nil {
+		// An empty file whose staging file a crash kept from being made:
+		// openStaged makes it.
+		if _, err := j.openStaged(n); err != nil {
 			return nil, err
 		}
+		bf, err = openFile(path, os.O_RDWR, 0)
 	}
-	// Always read-write: the kernel keeps one backing file per inode for
-	// every handle, readers' and writers'.
-	bf, err := os.OpenFile(j.stagingPath(n.Ino), os.O_RDWR, 0)
 	if err != nil {
 		return nil, j.dataErr("open staging file for passthrough", n.Ino, err)
+	}
+	if !busy {
+		var t File = osFile{bf}
+		if f != nil {
+			t = f
+		}
+		if err := j.trim(t, n); err != nil {
+			bf.Close()
+			return nil, err
+		}
 	}
 	if write {
 		ws := j.writers[n.Ino]
@@ -184,25 +283,26 @@ func (j *Journal) stageClean(n *inode) (File, error) {
 }
 
 // Release closes a handle. The last release of an unlinked file deletes it.
-func (j *Journal) Release(ctx context.Context, h *Handle) error {
+func (j *Journal) Release(ctx context.Context, h *Handle) (err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	defer j.useReserve()() // records what a passthrough writer wrote: never lost to a full disk
-	var errs []error
 	if h.backing != nil {
-		errs = append(errs, h.backing.Close())
+		// Closed last: the staging file's size is read through it.
+		defer func() { err = errors.Join(err, h.backing.Close()) }()
 	}
+	var errs []error
 	if j.closed || h.epoch != j.m.Epoch {
-		return errors.Join(errs...) // a rollback dropped the handle's inode
+		return nil // a rollback dropped the handle's inode
 	}
 	if ws := j.writers[h.Ino]; ws != nil && h.write && h.backing != nil {
 		if ws.handles--; ws.handles == 0 {
 			// The last writer: adopt the staging file's size and drop the
 			// marker in one transaction.
 			delete(j.writers, h.Ino)
-			errs = append(errs, j.syncWriterWith(h.Ino, ws, func(txn *badger.Txn) error { return txn.Delete(writerKey(j.m.Epoch, h.Ino)) }))
+			errs = append(errs, j.syncWriterWith(h.Ino, ws, h.backing, func(txn *badger.Txn) error { return txn.Delete(writerKey(j.m.Epoch, h.Ino)) }))
 		} else {
-			errs = append(errs, j.syncWriter(h.Ino, ws))
+			errs = append(errs, j.syncWriterWith(h.Ino, ws, h.backing, nil))
 		}
 	}
 	if j.opens[h.Ino]--; j.opens[h.Ino] <= 0 {
@@ -244,18 +344,18 @@ func (j *Journal) adoptAttr(ino Ino) (Attr, error) {
 // syncWriter adopts the staging file's size and mtime into ino's record if
 // the kernel changed them.
 func (j *Journal) syncWriter(ino Ino, ws *writerState) error {
-	return j.syncWriterWith(ino, ws, nil)
+	return j.syncWriterWith(ino, ws, nil, nil)
 }
 
 // syncWriterWith is syncWriter with more to write in the same transaction
-// (written even if nothing changed).
-func (j *Journal) syncWriterWith(ino Ino, ws *writerState, extra func(txn *badger.Txn) error) error {
-	fi, err := os.Stat(j.stagingPath(ino))
+// (written even if nothing changed). f, if not nil, is the staging file,
+// open: it is asked (fstat) instead of its path.
+func (j *Journal) syncWriterWith(ino Ino, ws *writerState, f *os.File, extra func(txn *badger.Txn) error) error {
+	c, err := j.statWriter(ino, ws, f)
 	if err != nil {
-		return j.dataErr("stat staging file", ino, err)
+		return err
 	}
-	size, mtime := fi.Size(), fi.ModTime().UnixNano()
-	if size == ws.size && mtime == ws.mtime {
+	if c == nil {
 		if extra != nil {
 			return j.update(extra)
 		}
@@ -265,19 +365,69 @@ func (j *Journal) syncWriterWith(ino Ino, ws *writerState, extra func(txn *badge
 	if err != nil {
 		return err
 	}
-	var touched int64
-	if mtime != ws.mtime {
-		touched = mtime
-	}
-	if err := j.adoptStaging(n, size, touched, extra); err != nil {
+	c.apply(j, n)
+	if err := j.saveDirty(n, extra); err != nil {
 		return err
 	}
-	ws.size, ws.mtime = size, mtime
+	c.committed(j)
 	return nil
 }
 
+// writerChange is what the kernel changed in the staging file of a file
+// open for passthrough writing since its record last adopted it.
+type writerChange struct {
+	ino         Ino
+	ws          *writerState
+	size, mtime int64
+}
+
+// pendingWrite returns what the kernel changed in ino's staging file if
+// ino is open for passthrough writing (nil: nothing), for an operation to
+// record in its own transaction (apply, then committed).
+func (j *Journal) pendingWrite(ino Ino) (*writerChange, error) {
+	if ws := j.writers[ino]; ws != nil {
+		return j.statWriter(ino, ws, nil)
+	}
+	return nil, nil
+}
+
+// statWriter compares ino's staging file (f, or its path) with ws.
+func (j *Journal) statWriter(ino Ino, ws *writerState, f *os.File) (*writerChange, error) {
+	var fi os.FileInfo
+	var err error
+	if f != nil {
+		fi, err = f.Stat()
+	} else {
+		fi, err = os.Stat(j.stagingPath(ino))
+	}
+	if err != nil {
+		return nil, j.dataErr("stat staging file", ino, err)
+	}
+	size, mtime := fi.Size(), fi.ModTime().UnixNano()
+	if size == ws.size && (mtime == ws.mtime || ws.mtime == mtimeUnknown) {
+		return nil, nil
+	}
+	return &writerChange{ino: ino, ws: ws, size: size, mtime: mtime}, nil
+}
+
+// apply records c in n, ino's record, and the byte count, for the
+// caller's transaction (which restores the count if it fails).
+func (c *writerChange) apply(j *Journal, n *inode) {
+	j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + uint64(c.size)
+	n.Size = uint64(c.size)
+	if c.mtime != c.ws.mtime {
+		n.Mtime, n.Ctime = c.mtime, max(c.mtime, n.Ctime)
+	}
+}
+
+// committed notes that the transaction recording c committed.
+func (c *writerChange) committed(j *Journal) {
+	c.ws.size, c.ws.mtime = c.size, c.mtime
+	j.trimmed[c.ino] = struct{}{}
+}
+
 // adoptStaging records size (and, with touched, that mtime and ctime) for
-// n, whose staging file the kernel wrote.
+// n, whose staging file the kernel wrote (recoverHandles).
 func (j *Journal) adoptStaging(n *inode, size int64, touched int64, extra func(txn *badger.Txn) error) error {
 	j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + uint64(size)
 	n.Size = uint64(size)

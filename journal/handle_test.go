@@ -230,3 +230,220 @@ func TestHandle_PassthroughWriterAdoptedPerOperation(t *testing.T) {
 		t.Fatalf("after truncate: %d bytes, tail %q", len(got), got[max(0, len(got)-4):])
 	}
 }
+
+// CreateOpen makes and opens a file at once: with a backing file for a
+// plain writer (the kernel's writes to it are the file's bytes, adopted
+// per operation and at release), without one where Open would give none,
+// and not at all for a name that exists.
+func TestHandle_CreateOpen(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	j := e.openUnmanaged(dir)
+	t.Cleanup(func() { j.Close() })
+
+	t.Run("Writer", func(t *testing.T) {
+		a, h, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, "w", 0o640, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Size != 0 || a.Mode != 0o640 || a.Type != journal.TypeRegular || a.Nlink != 1 {
+			t.Fatalf("attributes of the new file: %+v", a)
+		}
+		if look := must[journal.Attr](t)(j.Lookup(ctx, journal.RootIno, "w")); look.Ino != a.Ino {
+			t.Fatalf("lookup: inode %d, created %d", look.Ino, a.Ino)
+		}
+		bf := h.Backing()
+		if bf == nil {
+			t.Fatal("no backing file for a plain writer")
+		}
+		if got, err := readFile(bf); err != nil || len(got) != 0 {
+			t.Fatalf("backing file of a new file: %q, %v", got, err)
+		}
+		// Nothing written: the size and times stay what Create said.
+		if got := must[journal.Attr](t)(j.GetAttr(ctx, a.Ino)); got != a {
+			t.Fatalf("attributes before any write:\n got %+v\nwant %+v", got, a)
+		}
+		if _, err := bf.WriteAt([]byte("hello"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := must[journal.Attr](t)(j.GetAttr(ctx, a.Ino)); got.Size != 5 {
+			t.Fatalf("size after a passthrough write: %d, want 5", got.Size)
+		}
+		if _, err := bf.WriteAt([]byte(", world"), 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, j, a.Ino); string(got) != "hello, world" {
+			t.Fatalf("after release: %q", got)
+		}
+		id := must[chunkstore.ID](t)(j.Snapshot(ctx, journal.SnapshotOptions{}))
+		f := e.open("fork-w", e.t.TempDir(), id) // closed when the test ends
+		fa := must[journal.Attr](t)(f.Lookup(ctx, journal.RootIno, "w"))
+		if got := readAll(t, f, fa.Ino); string(got) != "hello, world" {
+			t.Fatalf("in the snapshot: %q", got)
+		}
+	})
+
+	t.Run("Reader", func(t *testing.T) {
+		a, h, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, "r", 0o644, false, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Backing() == nil {
+			t.Fatal("no backing file for a reader")
+		}
+		if err := j.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, j, a.Ino); len(got) != 0 {
+			t.Fatalf("new file reads %q", got)
+		}
+	})
+
+	t.Run("NoBacking", func(t *testing.T) {
+		for _, c := range []struct {
+			name    string
+			mode    uint32
+			backing bool
+		}{
+			{"setuid", 0o4755, true},
+			{"setgid-exec", 0o2750, true},
+			{"not-asked", 0o644, false},
+		} {
+			a, h, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, c.name, c.mode, true, c.backing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Backing() != nil {
+				t.Fatalf("%s: got a backing file", c.name)
+			}
+			if _, err := j.Write(ctx, journal.Root, a.Ino, []byte("x"), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.Release(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			if got := readAll(t, j, a.Ino); string(got) != "x" {
+				t.Fatalf("%s: %q", c.name, got)
+			}
+		}
+	})
+
+	t.Run("Exists", func(t *testing.T) {
+		before := must[journal.Status](t)(j.Status(ctx))
+		if _, _, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, "w", 0o644, true, true); !errors.Is(err, journal.ErrExists) {
+			t.Fatalf("create over an existing name: %v, want ErrExists", err)
+		}
+		after := must[journal.Status](t)(j.Status(ctx))
+		if after.Inodes != before.Inodes || after.OpenFiles != before.OpenFiles {
+			t.Fatalf("a failed create changed the counts: %+v -> %+v", before, after)
+		}
+		// The inode number the failed create tried is used by the next.
+		a, h, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, "next", 0o644, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := readFile(h.Backing()); err != nil || len(got) != 0 {
+			t.Fatalf("backing file after a failed create: %q, %v", got, err)
+		}
+		if err := j.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, j, a.Ino); len(got) != 0 {
+			t.Fatalf("new file reads %q", got)
+		}
+	})
+
+	t.Run("Leftover", func(t *testing.T) {
+		// A staging file a crash left for the next inode number (made,
+		// then killed before the transaction) is cut, never adopted.
+		a, h, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, "probe", 0o644, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		left := filepath.Join(dir, "staging", "1", fmtAny(uint64(a.Ino)+1))
+		if _, err := os.Stat(filepath.Dir(left)); err != nil {
+			t.Fatalf("the staging directory is not where this test expects it: %v", err)
+		}
+		if err := os.WriteFile(left, []byte("garbage"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b, h, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, "fresh", 0o644, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Ino != a.Ino+1 {
+			t.Fatalf("new inode %d, want %d", b.Ino, a.Ino+1)
+		}
+		if fi, err := os.Stat(left); err != nil || fi.Size() != 0 {
+			t.Fatalf("leftover staging file after the create: %v, %v", fi, err)
+		}
+		if got := must[journal.Attr](t)(j.GetAttr(ctx, b.Ino)); got.Size != 0 {
+			t.Fatalf("size %d, want 0", got.Size)
+		}
+		if _, err := h.Backing().WriteAt([]byte("ab"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, j, b.Ino); string(got) != "ab" {
+			t.Fatalf("after release: %q", got)
+		}
+	})
+
+	t.Run("MissingStagingFile", func(t *testing.T) {
+		// An empty staged file whose staging file is missing (a crash
+		// between a truncate's record and its staging file) opens.
+		a, h, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, "gone", 0o644, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+		if err := os.Remove(filepath.Join(dir, "staging", "1", fmtAny(uint64(a.Ino)))); err != nil {
+			t.Fatal(err)
+		}
+		j = e.openUnmanaged(dir)
+		for _, write := range []bool{false, true} {
+			h, err := j.Open(ctx, journal.Root, a.Ino, write, true)
+			if err != nil {
+				t.Fatalf("open (write %v): %v", write, err)
+			}
+			if h.Backing() == nil {
+				t.Fatalf("open (write %v): no backing file", write)
+			}
+			if err := j.Release(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := readAll(t, j, a.Ino); len(got) != 0 {
+			t.Fatalf("reads %q", got)
+		}
+	})
+
+	t.Run("Reopen", func(t *testing.T) {
+		// Closed while open for writing (as a crash would leave it): the
+		// next Open takes what was written to the backing file.
+		a, h, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, "open", 0o644, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Backing().WriteAt([]byte("kept"), 0); err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+		h.Backing().Close()
+		j = e.openUnmanaged(dir)
+		if got := readAll(t, j, a.Ino); string(got) != "kept" {
+			t.Fatalf("after reopen: %q", got)
+		}
+	})
+}

@@ -362,6 +362,7 @@ func (j *Journal) Close() error {
 		return nil
 	}
 	j.closed = true
+	j.cache.noXattrs.clear(true)
 	j.bg.Wait()
 	var errs []error
 	for ino, f := range j.files {

@@ -230,15 +230,28 @@ func (j *Journal) mknode(ctx context.Context, c Caller, parent Ino, name string,
 		return Attr{}, err
 	}
 	defer j.mu.Unlock()
-	if err := j.ensureDir(ctx, parent); err != nil {
+	if err := j.checkMknode(ctx, parent, name); err != nil {
 		return Attr{}, err
+	}
+	return j.mknodeLocked(c, parent, name, t, mode, rdev, target, nil)
+}
+
+// checkMknode makes the checks of a new name in parent that precede its
+// transaction.
+func (j *Journal) checkMknode(ctx context.Context, parent Ino, name string) error {
+	if err := j.ensureDir(ctx, parent); err != nil {
+		return err
 	}
 	if err := checkNewName(name); err != nil {
-		return Attr{}, err
+		return err
 	}
-	if err := j.checkInodeQuota(1); err != nil {
-		return Attr{}, err
-	}
+	return j.checkInodeQuota(1)
+}
+
+// mknodeLocked makes the new inode in one transaction, after checkMknode.
+// prep, if not nil, may change the new inode before it is written and add
+// to the transaction.
+func (j *Journal) mknodeLocked(c Caller, parent Ino, name string, t Type, mode uint32, rdev uint64, target string, prep func(txn *badger.Txn, n *inode) error) (Attr, error) {
 	now := j.cfg.Clock()
 	var a Attr
 	err := j.update(func(txn *badger.Txn) error {
@@ -276,6 +289,11 @@ func (j *Journal) mknode(ctx context.Context, c Caller, parent Ino, name string,
 		j.m.NextIno++
 		*j.m.count(t)++
 		p.Mtime, p.Ctime = now, now
+		if prep != nil {
+			if err := prep(txn, n); err != nil {
+				return err
+			}
+		}
 		if err := j.putInode(txn, n); err != nil {
 			return err
 		}

@@ -30,9 +30,9 @@ type File interface {
 // OSFS is the real filesystem.
 type OSFS struct{}
 
-// OpenFile implements FS.
+// OpenFile implements FS (with openFile: one open(2), no more).
 func (OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
-	f, err := os.OpenFile(name, flag, perm)
+	f, err := openFile(name, flag, perm)
 	if err != nil {
 		return nil, err
 	}

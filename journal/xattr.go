@@ -38,6 +38,12 @@ func xattrAccess(c *Caller, n *inode, name string) error {
 	if write && (strings.HasPrefix(name, "trusted.") || strings.HasPrefix(name, "security.")) && !c.Privileged() {
 		return fmt.Errorf("xattr %q by uid %d: %w", name, c.UID, ErrPermission)
 	}
+	return xattrNamespace(name)
+}
+
+// xattrNamespace checks that name is in a namespace the journal stores
+// (user., trusted., security.) and names more than it.
+func xattrNamespace(name string) error {
 	for _, ns := range []string{"user.", "trusted.", "security."} {
 		if strings.HasPrefix(name, ns) {
 			if len(name) == len(ns) {
@@ -49,15 +55,20 @@ func xattrAccess(c *Caller, n *inode, name string) error {
 	return fmt.Errorf("xattr namespace of %q: %w", name, ErrNotSupported)
 }
 
-// GetXattr returns the value of an extended attribute, or ErrNoData.
+// GetXattr returns the value of an extended attribute, or ErrNoData. A
+// valid name of an inode known to have no xattrs is answered without the
+// journal's lock or a transaction (xattrFree).
 func (j *Journal) GetXattr(ctx context.Context, ino Ino, name string) ([]byte, error) {
+	if err := checkXattrName(name); err != nil {
+		return nil, err
+	}
+	if xattrNamespace(name) == nil && j.cache.noXattrs.has(ino) {
+		return nil, fmt.Errorf("xattr %q of inode %d: %w", name, ino, ErrNoData)
+	}
 	if err := j.lock(); err != nil {
 		return nil, err
 	}
 	defer j.mu.Unlock()
-	if err := checkXattrName(name); err != nil {
-		return nil, err
-	}
 	var val []byte
 	err := j.db.View(func(txn *badger.Txn) error {
 		n, err := j.getInode(txn, ino)
