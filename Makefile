@@ -97,9 +97,10 @@ s3bench: build tools
 ## fsbench: ext4, libfuse's passthrough_hp (plain and over FUSE io_uring, built
 ## once from ../shared/peers into ~/.cache/cairn-peers) and cairn, side by side on
 ## one scratch ext4, with FUSE request counts and server CPU per request (root,
-## /dev/fuse). FSBENCH_FLAGS adds flags, e.g. FSBENCH_FLAGS='-rounds 8' or
-## FSBENCH_FLAGS='-only tar-x,npm-ci -targets ext4,passthrough_hp,cairn,loopback'.
-FSBENCH_FLAGS ?=
+## /dev/fuse). 3 rounds here (about 13 minutes); the full run is 5 or more:
+## FSBENCH_FLAGS='-rounds 5', or e.g. FSBENCH_FLAGS='-only tar-x,npm-ci -targets
+## ext4,passthrough_hp,cairn,loopback'.
+FSBENCH_FLAGS ?= -rounds 3
 fsbench: build tools
 	@php=$$(internal/fsbench/libfuse.sh) && \
 	$(GO) run ./internal/fsbench -cairn bin/cairn -passthrough-hp "$$php" -json bench-fs.json $(FSBENCH_FLAGS)

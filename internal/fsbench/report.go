@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,8 +30,10 @@ type result struct {
 	Value    float64   `json:"value"` // the median over rounds
 	Values   []float64 `json:"values,omitempty"`
 	// FUSE targets: the median over rounds of the requests the kernel sent
-	// during the timed part (all, and by opcode), of the server's CPU time
-	// (user + system, all threads), and of that CPU time per request.
+	// during the timed part (all, and by opcode) and of the server's CPU
+	// time (user + system, all threads); the CPU time per request is all
+	// rounds' CPU time over all rounds' requests, given only when that CPU
+	// time is at least minCPU (it is counted in 10 ms ticks).
 	Requests         float64            `json:"requests,omitempty"`
 	Replies          float64            `json:"replies,omitempty"` // requests ended (fusetrace.Counts)
 	Ops              map[string]float64 `json:"ops,omitempty"`
@@ -38,10 +41,16 @@ type result struct {
 	CPUPerRequestUS  float64            `json:"cpu_per_request_us,omitempty"`
 }
 
+// minCPU is the least server CPU time (all rounds) a CPU time per
+// request is computed from: 20 ticks of /proc's 10 ms.
+const minCPU = 200 * time.Millisecond
+
 // summarize makes the result of a workload's samples on one target.
 func summarize(workload, target, unit string, ss []sample, fuse bool) result {
 	r := result{Workload: workload, Target: target, Unit: unit}
-	var reqs, replies, cpu, per []float64
+	var reqs, replies, cpu []float64
+	var sumReqs float64
+	var sumCPU time.Duration
 	ops := map[string][]float64{}
 	for _, s := range ss {
 		r.Values = append(r.Values, s.value)
@@ -52,9 +61,8 @@ func summarize(workload, target, unit string, ss []sample, fuse bool) result {
 		reqs = append(reqs, n)
 		replies = append(replies, float64(s.reqs.Replies))
 		cpu = append(cpu, s.cpu.Seconds())
-		if n > 0 {
-			per = append(per, s.cpu.Seconds()*1e6/n)
-		}
+		sumReqs += n
+		sumCPU += s.cpu
 		for op := range s.reqs.Ops {
 			ops[op] = nil
 		}
@@ -68,7 +76,10 @@ func summarize(workload, target, unit string, ss []sample, fuse bool) result {
 			ops[op] = append(ops[op], float64(s.reqs.Ops[op]))
 		}
 	}
-	r.Requests, r.Replies, r.ServerCPUSeconds, r.CPUPerRequestUS = median(reqs), median(replies), median(cpu), median(per)
+	r.Requests, r.Replies, r.ServerCPUSeconds = median(reqs), median(replies), median(cpu)
+	if sumReqs > 0 && sumCPU >= minCPU {
+		r.CPUPerRequestUS = sumCPU.Seconds() * 1e6 / sumReqs
+	}
 	if len(ops) > 0 {
 		r.Ops = map[string]float64{}
 		for op, v := range ops {
@@ -116,6 +127,14 @@ func fmtValue(v float64) string {
 		return fmt.Sprintf("%.1f", v)
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// fmtCount prints a count (a median: maybe a half).
+func fmtCount(v float64) string {
+	if v >= 1e4 {
+		return fmtValue(v)
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
 // report is everything fsbench measured, as printed and as JSON.
@@ -207,7 +226,10 @@ func (rep *report) print(w io.Writer) {
 			r := rep.get(wl, n)
 			cell := "-"
 			if r.Requests > 0 {
-				cell = fmt.Sprintf("%s / %.1f", fmtValue(r.Requests), r.CPUPerRequestUS)
+				cell = fmtCount(r.Requests) + " / -"
+			}
+			if r.CPUPerRequestUS > 0 {
+				cell = fmt.Sprintf("%s / %.1f", fmtCount(r.Requests), r.CPUPerRequestUS)
 			}
 			row = append(row, cell)
 		}
@@ -244,7 +266,7 @@ func opsLine(r result) string {
 	var parts []string
 	for _, op := range ops {
 		if r.Ops[op] >= r.Requests/100 && r.Ops[op] > 0 {
-			parts = append(parts, fmt.Sprintf("%s %s", strings.TrimPrefix(op, "FUSE_"), fmtValue(r.Ops[op])))
+			parts = append(parts, fmt.Sprintf("%s %s", strings.TrimPrefix(op, "FUSE_"), fmtCount(r.Ops[op])))
 		}
 	}
 	return strings.Join(parts, ", ")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"regexp"
 	"strings"
 	"testing"
@@ -43,12 +44,18 @@ func TestSummarize(t *testing.T) {
 		return sample{value: v, cpu: cpu, reqs: fusetrace.Counts{Ops: map[string]uint64{"FUSE_LOOKUP": lookups, "FUSE_CREATE": creates}}}
 	}
 	r := summarize("tar-x", "cairn", "s", []sample{
-		s(3, 100*time.Millisecond, 900, 100), // 100 us per request
-		s(1, 40*time.Millisecond, 1900, 100), // 20
-		s(2, 90*time.Millisecond, 800, 100),  // 100
+		s(3, 100*time.Millisecond, 900, 100),
+		s(1, 50*time.Millisecond, 1900, 100),
+		s(2, 150*time.Millisecond, 800, 100),
 	}, true)
-	if r.Value != 2 || r.Requests != 1000 || r.CPUPerRequestUS != 100 || r.Ops["FUSE_LOOKUP"] != 900 || r.Ops["FUSE_CREATE"] != 100 {
+	// CPU per request: 300 ms over 3900 requests.
+	if r.Value != 2 || r.Requests != 1000 || r.ServerCPUSeconds != 0.1 || r.Ops["FUSE_LOOKUP"] != 900 || r.Ops["FUSE_CREATE"] != 100 ||
+		math.Abs(r.CPUPerRequestUS-300e3/3900) > 1e-9 {
 		t.Errorf("summarize = %+v", r)
+	}
+	// Less CPU time than minCPU: no CPU time per request.
+	if r := summarize("statfs", "cairn", "ops/s", []sample{s(1, minCPU-time.Millisecond, 10, 0)}, true); r.CPUPerRequestUS != 0 || r.Requests != 10 {
+		t.Errorf("summarize under minCPU = %+v", r)
 	}
 	if r := summarize("tar-x", "ext4", "s", []sample{s(1, 0, 0, 0)}, false); r.Requests != 0 || r.Ops != nil {
 		t.Errorf("summarize of a target without FUSE = %+v", r)
@@ -63,7 +70,7 @@ func TestReport_Print(t *testing.T) {
 		{Workload: "tar-x", Target: "cairn", Unit: "s", Value: 5, Requests: 800, CPUPerRequestUS: 40},
 		{Workload: "create", Target: "ext4", Unit: "ops/s", Value: 100000},
 		{Workload: "create", Target: "passthrough_hp", Unit: "ops/s", Value: 10000},
-		{Workload: "create", Target: "cairn", Unit: "ops/s", Value: 4000},
+		{Workload: "create", Target: "cairn", Unit: "ops/s", Value: 4000, Requests: 3},
 	}
 	var b bytes.Buffer
 	rep.print(&b)
@@ -75,6 +82,7 @@ func TestReport_Print(t *testing.T) {
 		`create +100.0k +10.0k +4000 +ops/s +25.00x +2.50x`, // rates, inverted
 		`tar-x +1000 / 10.0 +800 / 40.0 +4.0x`,              // CPU per request, cairn/floor
 		`tar-x +passthrough_hp +LOOKUP 990\n`,
+		`create +- +3 / - +\n`, // counts, no CPU per request
 	} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("the report lacks %q:\n%s", want, out)
