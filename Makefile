@@ -95,9 +95,16 @@ runbench: build
 s3bench: build tools
 	$(GO) run ./internal/s3bench -cairn bin/cairn -versitygw $(BIN)/versitygw
 
-## fsbench: ext4 vs a plain go-fuse loopback vs cairn, side by side (root, /dev/fuse).
+## fsbench: ext4, libfuse's passthrough_hp (plain and over FUSE io_uring, built
+## once from ../shared/peers into ~/.cache/cairn-peers) and cairn, side by side on
+## one scratch ext4, with FUSE request counts and server CPU per request (root,
+## /dev/fuse). 3 rounds here (about 13 minutes); the full run is 5 or more:
+## FSBENCH_FLAGS='-rounds 5', or e.g. FSBENCH_FLAGS='-only tar-x,npm-ci -targets
+## ext4,passthrough_hp,cairn,loopback'.
+FSBENCH_FLAGS ?= -rounds 3
 fsbench: build tools
-	$(GO) run ./internal/fsbench -cairn bin/cairn -json bench-fs.json
+	@php=$$(internal/fsbench/libfuse.sh) && \
+	$(GO) run ./internal/fsbench -cairn bin/cairn -passthrough-hp "$$php" -json bench-fs.json $(FSBENCH_FLAGS)
 
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files -o --exclude-standard '*.go')); \

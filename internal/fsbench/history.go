@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// snapshotBench times `cairn snapshot` (the CLI, wall clock) of a workspace
+// of nSnap files after a one-file change: the median of 5.
+func snapshotBench(mnt string, cairn func(...string) (string, error)) (float64, error) {
+	dir := filepath.Join(mnt, "snap")
+	for i := range *nSnap {
+		d := filepath.Join(dir, fmt.Sprintf("d%03d", i/1000))
+		if i%1000 == 0 {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return 0, err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%d", i)), []byte(fmt.Sprintf("file %d\n", i)), 0o644); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := cairn("snapshot", "bench"); err != nil {
+		return 0, err
+	}
+	var ms []float64
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(dir, "d050", "f50000"), []byte(fmt.Sprintf("change %d\n", i)), 0o644); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if _, err := cairn("snapshot", "bench"); err != nil {
+			return 0, err
+		}
+		ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+	}
+	slices.Sort(ms)
+	fmt.Fprintf(os.Stderr, "  cairn snapshot of %d files after a one-file change: %v ms\n", *nSnap, ms)
+	return ms[len(ms)/2], nil
+}
+
+// historyBench times the history verbs through the CLI (wall clock, the
+// median of 5, process start included) on the 100k-file workspace that
+// snapshotBench left: fork of it and of a 100-file workspace, rollback of
+// it while mounted, and diff of two of its snapshots that differ in 10
+// files.
+func historyBench(mnt, base string, cairn func(...string) (string, error)) ([]result, error) {
+	median := func(what string, prepare func(i int) error, args func(i int) []string) (float64, error) {
+		var ms []float64
+		for i := range 5 {
+			if prepare != nil {
+				if err := prepare(i); err != nil {
+					return 0, err
+				}
+			}
+			start := time.Now()
+			if _, err := cairn(args(i)...); err != nil {
+				return 0, err
+			}
+			ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+		}
+		slices.Sort(ms)
+		fmt.Fprintf(os.Stderr, "  %s: %v ms\n", what, ms)
+		return ms[len(ms)/2], nil
+	}
+	var out []result
+	add := func(name string, v float64, err error) error {
+		out = append(out, result{Workload: name, Target: "cairn", Value: v, Unit: "ms"})
+		return err
+	}
+	// A 100-file workspace, imported.
+	small := filepath.Join(base, "small")
+	for i := range 100 {
+		os.MkdirAll(small, 0o755)
+		if err := os.WriteFile(filepath.Join(small, fmt.Sprintf("f%d", i)), []byte("small\n"), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := cairn("import", "small", small); err != nil {
+		return nil, err
+	}
+	v, err := median("cairn fork, 100 files", nil, func(i int) []string { return []string{"fork", "small", fmt.Sprintf("small-%d", i)} })
+	if err := add("cairn fork 100 files", v, err); err != nil {
+		return nil, err
+	}
+	v, err = median("cairn fork, 100k files", nil, func(i int) []string { return []string{"fork", "bench", fmt.Sprintf("bench-%d", i)} })
+	if err := add("cairn fork 100k files", v, err); err != nil {
+		return nil, err
+	}
+	// Diff: two snapshots 10 files apart.
+	dir := filepath.Join(mnt, "snap")
+	a, err := cairn("snapshot", "bench", "-m", "before ten changes")
+	if err != nil {
+		return nil, err
+	}
+	for i := range 10 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("d%03d", i*9), fmt.Sprintf("f%d", i*9000+i)), []byte("diff\n"), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	b, err := cairn("snapshot", "bench", "-m", "ten changes")
+	if err != nil {
+		return nil, err
+	}
+	a, b = strings.TrimSpace(a), strings.TrimSpace(b)
+	v, err = median("cairn diff --stat, 100k files, 10 changed", nil, func(int) []string { return []string{"diff", "--stat", a, b} })
+	if err := add("cairn diff 100k, 10 changed", v, err); err != nil {
+		return nil, err
+	}
+	// Rollback of the mounted workspace, after a one-file change.
+	v, err = median("cairn rollback, 100k files, mounted", func(i int) error {
+		return os.WriteFile(filepath.Join(dir, "d050", "f50000"), []byte(fmt.Sprintf("rollback %d\n", i)), 0o644)
+	}, func(int) []string { return []string{"rollback", "bench", b} })
+	if err := add("cairn rollback 100k mounted", v, err); err != nil {
+		return nil, err
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "d050", "f50000")); err != nil || strings.HasPrefix(string(got), "rollback") {
+		return nil, fmt.Errorf("after the rollback the mount reads %q, %v", got, err)
+	}
+	return out, nil
+}
