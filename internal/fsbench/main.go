@@ -35,7 +35,7 @@ import (
 var (
 	cairnBin    = flag.String("cairn", "bin/cairn", "the cairn binary")
 	phpBin      = flag.String("passthrough-hp", "", "libfuse's passthrough_hp (internal/fsbench/libfuse.sh builds it); empty: its targets are not available")
-	targetsFlag = flag.String("targets", "ext4,passthrough_hp,passthrough_hp+uring,cairn", "comma-separated targets, in table order; also: loopback (go-fuse's)")
+	targetsFlag = flag.String("targets", "ext4,passthrough_hp,passthrough_hp+uring,cairn,cairn+uring", "comma-separated targets, in table order; also: loopback (go-fuse's)")
 	rounds      = flag.Int("rounds", 5, "interleaved rounds per workload (medians are reported)")
 	only        = flag.String("only", "", "comma-separated workloads to run (default: all); snapshot: cairn's snapshot and history verbs")
 	workDir     = flag.String("dir", "/var/tmp", "where to make the scratch ext4 (or, with -scratch 0, the targets' directories)")

@@ -37,15 +37,8 @@ type targetDef struct {
 
 var errNA = errors.New("not available")
 
-// targetDefs are the targets -targets chooses from, in table order.
-// cairn+uring: when `cairn mount` grows a transport flag, add
-//
-//	{"cairn+uring", func(ctx context.Context, e *env, base string) (*target, error) {
-//		return startCairn(ctx, e, base, "cairn+uring", "--transport=uring")
-//	}},
-//
-// (with the flag it gets; the io_uring parameter is set for any target
-// named *+uring) and list it in -targets.
+// targetDefs are the targets -targets chooses from, in table order (the
+// io_uring parameter is set for any target named *+uring).
 var targetDefs = []targetDef{
 	{"ext4", func(_ context.Context, _ *env, base string) (*target, error) {
 		dir := filepath.Join(base, "ext4")
@@ -60,6 +53,12 @@ var targetDefs = []targetDef{
 	}},
 	{"cairn", func(ctx context.Context, e *env, base string) (*target, error) {
 		return startCairn(ctx, e, base, "cairn")
+	}},
+	{"cairn+uring", func(ctx context.Context, e *env, base string) (*target, error) {
+		if e.uringNA != "" {
+			return nil, fmt.Errorf("%w: %s", errNA, e.uringNA)
+		}
+		return startCairn(ctx, e, base, "cairn+uring", "--fuse-transport=uring")
 	}},
 }
 
@@ -302,22 +301,40 @@ const uringParam = "/sys/module/fuse/parameters/enable_uring"
 // enableURing sets the fuse module's enable_uring for the run. It returns
 // what restores the old value, and why FUSE over io_uring is not available
 // if the kernel does not have it or refuses.
+//
+// The switch is the machine's: fsbench holds an exclusive flock on it for
+// the run, as cairn's tests do (internal/testenv), so that neither sets it
+// back under the other.
 func enableURing() (restore func(), na string) {
-	old, err := os.ReadFile(uringParam)
+	lock, err := os.Open(uringParam)
 	if err != nil {
 		return func() {}, fmt.Sprintf("no %s (a kernel without FUSE over io_uring): %v", uringParam, err)
 	}
+	if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		fmt.Fprintf(os.Stderr, "fsbench: waiting for another user of %s (a test or another fsbench)\n", uringParam)
+		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+			lock.Close()
+			return func() {}, fmt.Sprintf("lock %s: %v", uringParam, err)
+		}
+	}
+	old, err := os.ReadFile(uringParam)
+	if err != nil {
+		lock.Close()
+		return func() {}, fmt.Sprintf("read %s: %v", uringParam, err)
+	}
 	was := strings.TrimSpace(string(old))
 	if was == "Y" {
-		return func() {}, ""
+		return func() { lock.Close() }, ""
 	}
 	if err := os.WriteFile(uringParam, []byte("Y"), 0); err != nil {
+		lock.Close()
 		return func() {}, fmt.Sprintf("the kernel refused %s=Y: %v", uringParam, err)
 	}
 	restore = func() {
 		if err := os.WriteFile(uringParam, []byte(was), 0); err != nil {
 			fmt.Fprintf(os.Stderr, "fsbench: restore %s=%s: %v\n", uringParam, was, err)
 		}
+		lock.Close()
 	}
 	if now, _ := os.ReadFile(uringParam); strings.TrimSpace(string(now)) != "Y" {
 		restore()
