@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -122,4 +125,72 @@ func historyBench(mnt, base string, cairn func(...string) (string, error)) ([]re
 		return nil, fmt.Errorf("after the rollback the mount reads %q, %v", got, err)
 	}
 	return out, nil
+}
+
+// snapshotLatency writes size bytes of new, incompressible data into the
+// mount (8 files), then takes `cairn snapshot` while a probe creates,
+// stats and lists files in the mount in a loop, and returns the longest
+// probe (one create + stat + readdir of a small directory) and the
+// snapshot's wall time, in ms: how long the mount stalls while a snapshot
+// reads, chunks and packs (issue 16's goal: 50 ms for 1 GiB).
+func snapshotLatency(mnt string, size int64, cairn func(...string) (string, error)) (longest, snap float64, err error) {
+	dir := filepath.Join(mnt, "latency")
+	probeDir := filepath.Join(dir, "probe")
+	if err := os.MkdirAll(probeDir, 0o755); err != nil {
+		return 0, 0, err
+	}
+	if _, err := cairn("snapshot", "bench"); err != nil {
+		return 0, 0, err
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 1<<20)
+	for f := range 8 {
+		w, err := os.Create(filepath.Join(dir, fmt.Sprintf("big%d", f)))
+		if err != nil {
+			return 0, 0, err
+		}
+		for n := int64(0); n < size/8; n += int64(len(buf)) {
+			for i := 0; i < len(buf); i += 8 {
+				binary.LittleEndian.PutUint64(buf[i:], rnd.Uint64())
+			}
+			if _, err := w.Write(buf); err != nil {
+				w.Close()
+				return 0, 0, err
+			}
+		}
+		if err := w.Close(); err != nil {
+			return 0, 0, err
+		}
+	}
+	syscall.Sync()
+	stop := make(chan struct{})
+	probed := make(chan time.Duration)
+	go func() {
+		var worst time.Duration
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				probed <- worst
+				return
+			default:
+			}
+			start := time.Now()
+			p := filepath.Join(probeDir, fmt.Sprintf("p%d", i%64))
+			if err := os.WriteFile(p, []byte("x"), 0o644); err == nil {
+				os.Stat(p)
+			}
+			os.ReadDir(probeDir)
+			worst = max(worst, time.Since(start))
+		}
+	}()
+	start := time.Now()
+	_, err = cairn("snapshot", "bench")
+	took := time.Since(start)
+	close(stop)
+	worst := <-probed
+	if err != nil {
+		return 0, 0, err
+	}
+	fmt.Fprintf(os.Stderr, "  cairn snapshot of %d MiB of new data: %v; longest probe meanwhile %v\n", size>>20, took, worst)
+	return float64(worst.Microseconds()) / 1000, float64(took.Microseconds()) / 1000, os.RemoveAll(dir)
 }

@@ -45,6 +45,7 @@ var (
 	seqSize     = flag.Int64("seq", 1<<30, "bytes of the sequential read/write file")
 	nFiles      = flag.Int("files", 10000, "files for create/stat/unlink")
 	nSnap       = flag.Int("snapfiles", 100000, "files in the workspace of the snapshot benchmark")
+	latencySize = flag.Int64("latency-bytes", 1<<30, "new data in the snapshot of the latency benchmark (the longest request during a snapshot)")
 	jsonOut     = flag.String("json", "", "also write the results as JSON to this file")
 	serveLB     = flag.Bool("serve-loopback", false, "internal: serve go-fuse's loopback of BACKING at MOUNTPOINT (the args) until unmounted")
 )
@@ -192,6 +193,13 @@ func run(ctx context.Context) (err error) {
 			return err
 		}
 		rep.Cairn = append(rep.Cairn, hs...)
+		worst, took, err := snapshotLatency(ts[i].dir, *latencySize, cairn)
+		if err != nil {
+			return err
+		}
+		rep.Cairn = append(rep.Cairn,
+			result{Workload: fmt.Sprintf("longest request during a snapshot of %d MiB", *latencySize>>20), Target: "cairn", Value: worst, Unit: "ms"},
+			result{Workload: fmt.Sprintf("cairn snapshot of %d MiB of new data", *latencySize>>20), Target: "cairn", Value: took, Unit: "ms"})
 	}
 	rep.print(os.Stdout)
 	if *jsonOut != "" {
