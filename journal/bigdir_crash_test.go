@@ -240,22 +240,11 @@ func TestCrash_BigDirChild(t *testing.T) {
 		os.Exit(3)
 	}
 	ctx := context.Background()
-	be, err := local.Open(os.Getenv(bigCrashStoreEnv), local.Options{})
-	if err != nil {
-		fail("open backend: %v", err)
-	}
-	st, err := chunkstore.Open(ctx, be, chunkstore.Options{})
-	if err != nil {
-		fail("open store: %v", err)
-	}
 	ws := "ws"
 	if mode != "load" {
 		ws = mode[len("snap:"):]
 	}
-	j, err := journal.Open(ctx, journal.Config{Dir: os.Getenv(bigCrashDirEnv), Store: st, Workspace: ws})
-	if err != nil {
-		fail("open journal: %v", err)
-	}
+	j := childJournal(os.Getenv(bigCrashStoreEnv), os.Getenv(bigCrashDirEnv), ws, fail)
 	if mode != "load" {
 		// The turn: the same files as the parent's /d, created here.
 		c := journal.Caller{UID: 1000, GID: 1000}

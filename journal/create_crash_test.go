@@ -177,18 +177,7 @@ func TestCrash_CreateOpenChild(t *testing.T) {
 		os.Exit(3)
 	}
 	ctx := context.Background()
-	be, err := local.Open(os.Getenv(createCrashStoreEnv), local.Options{})
-	if err != nil {
-		fail("open backend: %v", err)
-	}
-	st, err := chunkstore.Open(ctx, be, chunkstore.Options{})
-	if err != nil {
-		fail("open store: %v", err)
-	}
-	j, err := journal.Open(ctx, journal.Config{Dir: dir, Store: st, Workspace: os.Getenv(createCrashWSEnv)})
-	if err != nil {
-		fail("open journal: %v", err)
-	}
+	j := childJournal(os.Getenv(createCrashStoreEnv), dir, os.Getenv(createCrashWSEnv), fail)
 	events := os.NewFile(3, "events")
 	for i := 0; ; i++ {
 		a, h, err := j.CreateOpen(ctx, journal.Root, journal.RootIno, "f"+strconv.Itoa(i), 0o644, true, true)
