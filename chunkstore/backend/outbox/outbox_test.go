@@ -136,7 +136,8 @@ func TestOutbox_DownRestartDrain(t *testing.T) {
 // A move queued here loses to another writer that moved the remote ref
 // first: it is dropped and reported; the objects are uploaded.
 func TestOutbox_LostCompareAndSwap(t *testing.T) {
-	remote := chunkstoretest.NewFaulty(chunkstoretest.LocalBackend(t))
+	store := chunkstoretest.LocalBackend(t)
+	remote := chunkstoretest.NewFaulty(store)
 	put(t, remote, "refs/w", "theirs 1", backend.Condition{})
 	remote.Fail(chunkstoretest.OpPut, "", -1, backend.ErrUnavailable)
 	o := open(t, remote, t.TempDir())
@@ -146,11 +147,11 @@ func TestOutbox_LostCompareAndSwap(t *testing.T) {
 	}
 	put(t, o, "snapshots/mine", "mine", backend.Condition{})
 	put(t, o, "refs/w", "mine 2", backend.Condition{IfMatch: info.ETag})
+	// The other writer wins the race to the remote: it reaches the store
+	// while this outbox cannot (it writes past the fault injection).
+	rinfo, _ := store.Stat(ctx, "refs/w")
+	put(t, store, "refs/w", "theirs 2", backend.Condition{IfMatch: rinfo.ETag})
 	remote.Heal()
-	// The other writer wins the race to the remote.
-	rinfo, _ := remote.Stat(ctx, "refs/w")
-	remote.Fail(chunkstoretest.OpPut, "snapshots/", 1, backend.ErrUnavailable) // hold the queue back a moment
-	put(t, remote, "refs/w", "theirs 2", backend.Condition{IfMatch: rinfo.ETag})
 	waitFor(t, o)
 	if got, _ := read(t, remote, "refs/w"); got != "theirs 2" {
 		t.Errorf("remote ref = %q, want the other writer's", got)
