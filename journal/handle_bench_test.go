@@ -72,11 +72,7 @@ func BenchmarkUntarFile(b *testing.B) {
 // BenchmarkGetXattrNone is GETXATTR of an xattr a file does not have (the
 // kernel asks for security.capability twice per file written).
 func BenchmarkGetXattrNone(b *testing.B) {
-	j := benchJournal(b)
-	a, err := j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644)
-	if err != nil {
-		b.Fatal(err)
-	}
+	j, a := benchFile(b)
 	defer cpuPerOp(b)()
 	for b.Loop() {
 		if _, err := j.GetXattr(ctx, a.Ino, "security.capability"); err == nil {
@@ -88,11 +84,7 @@ func BenchmarkGetXattrNone(b *testing.B) {
 // BenchmarkGetAttr is GETATTR of a file whose record is cached (the
 // kernel asks for a directory's attributes after each create in it).
 func BenchmarkGetAttr(b *testing.B) {
-	j := benchJournal(b)
-	a, err := j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644)
-	if err != nil {
-		b.Fatal(err)
-	}
+	j, a := benchFile(b)
 	defer cpuPerOp(b)()
 	for b.Loop() {
 		if _, err := j.GetAttr(ctx, a.Ino); err != nil {
@@ -104,11 +96,7 @@ func BenchmarkGetAttr(b *testing.B) {
 // BenchmarkSetAttr is SETATTR (chmod) of a new file: tar sets the owner,
 // mode and times of each file it makes.
 func BenchmarkSetAttr(b *testing.B) {
-	j := benchJournal(b)
-	a, err := j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644)
-	if err != nil {
-		b.Fatal(err)
-	}
+	j, a := benchFile(b)
 	defer cpuPerOp(b)()
 	i := 0
 	for b.Loop() {
@@ -148,4 +136,15 @@ func BenchmarkOpenReadRelease(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// benchFile is a journal for a benchmark with one new file, f.
+func benchFile(b *testing.B) (*journal.Journal, journal.Attr) {
+	b.Helper()
+	j := benchJournal(b)
+	a, err := j.Create(ctx, journal.Root, journal.RootIno, "f", 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return j, a
 }
