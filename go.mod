@@ -10,6 +10,7 @@ require (
 	github.com/aws/smithy-go v1.28.8
 	github.com/cilium/ebpf v0.22.0
 	github.com/dgraph-io/badger/v4 v4.9.6
+	github.com/google/btree v1.1.3
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/klauspost/compress v1.20.3
 	github.com/miekg/dns v1.1.73

@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
 
 // SetAttr changes attributes: chmod, chown, truncate, utimensat. It applies
@@ -57,7 +57,7 @@ func (j *Journal) SetAttr(ctx context.Context, c Caller, ino Ino, in SetAttrIn) 
 		}
 	}
 	var a Attr
-	err = j.update(func(txn *badger.Txn) error {
+	err = j.update(func(txn *metalog.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err != nil {
 			return err

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
 
 // inodeCache keeps decoded inode records of the current epoch in memory, so
@@ -127,7 +127,7 @@ func (c *inodeCache) reset() {
 	c.noXattrs.clear(false)
 }
 
-func (j *Journal) getInode(txn *badger.Txn, ino Ino) (*inode, error) {
+func (j *Journal) getInode(txn *metalog.Txn, ino Ino) (*inode, error) {
 	if n, ok := j.cache.pending[ino]; ok {
 		if n == nil {
 			return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
@@ -153,9 +153,9 @@ func (j *Journal) getInode(txn *badger.Txn, ino Ino) (*inode, error) {
 }
 
 // readInode reads and decodes ino's record of epoch from Badger.
-func readInode(txn *badger.Txn, epoch uint32, ino Ino) (*inode, error) {
+func readInode(txn *metalog.Txn, epoch uint32, ino Ino) (*inode, error) {
 	item, err := txn.Get(inodeKey(epoch, ino))
-	if errors.Is(err, badger.ErrKeyNotFound) {
+	if errors.Is(err, metalog.ErrKeyNotFound) {
 		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotFound)
 	}
 	if err != nil {
@@ -169,7 +169,7 @@ func readInode(txn *badger.Txn, epoch uint32, ino Ino) (*inode, error) {
 	return n, err
 }
 
-func (j *Journal) putInode(txn *badger.Txn, n *inode) error {
+func (j *Journal) putInode(txn *metalog.Txn, n *inode) error {
 	if err := txn.Set(inodeKey(j.m.Epoch, n.Ino), n.encode()); err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (j *Journal) putInode(txn *badger.Txn, n *inode) error {
 	return nil
 }
 
-func (j *Journal) delInode(txn *badger.Txn, ino Ino) error {
+func (j *Journal) delInode(txn *metalog.Txn, ino Ino) error {
 	if err := txn.Delete(inodeKey(j.m.Epoch, ino)); err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func (j *Journal) delInode(txn *badger.Txn, ino Ino) error {
 
 // write runs fn in a read-write transaction and publishes the inode records
 // it wrote to the cache if it committed.
-func (j *Journal) write(fn func(txn *badger.Txn) error) error {
+func (j *Journal) write(fn func(txn *metalog.Txn) error) error {
 	if err := j.space.check(txnEstimate, j.reserved > 0); err != nil {
 		return err
 	}
@@ -245,8 +245,8 @@ func (c *inodeCache) publish(committed, bounded bool) {
 func (j *Journal) loadDirty() error {
 	clear(j.cache.dirty)
 	prefix := inoKey(j.m.Epoch, 'D', 0)[:6]
-	return j.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	return j.db.View(func(txn *metalog.Txn) error {
+		it := txn.NewIterator(metalog.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			k := it.Item().Key()

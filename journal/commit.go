@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 
 	"github.com/cairnfs/cairn/chunkstore"
 )
@@ -80,7 +80,7 @@ func (j *Journal) Snapshot(ctx context.Context, opts SnapshotOptions) (chunkstor
 type committer struct {
 	j       *Journal
 	ctx     context.Context
-	txn     *badger.Txn
+	txn     *metalog.Txn
 	cut     *cutState             // nil: LiveTree, under the lock
 	epoch   uint32                // of the records read
 	dirty   map[Ino]struct{}      // what changed since the base
@@ -125,7 +125,7 @@ func (j *Journal) LiveTree(ctx context.Context) (chunkstore.ID, error) {
 	defer j.mu.Unlock()
 	c := j.newCommitter(ctx, nil)
 	var rootTree chunkstore.ID
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		c.txn = txn
 		root, err := c.inode(RootIno)
 		if err != nil {
@@ -179,13 +179,13 @@ func (j *Journal) commitSnapshot(ctx context.Context, snap *chunkstore.Snapshot,
 		return id, snap, nil
 	}
 	j.m.Pending = id
-	if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
+	if err := j.update(func(*metalog.Txn) error { return nil }); err != nil {
 		return chunkstore.ID{}, nil, err
 	}
 	ref, err := j.store.SetRef(ctx, j.cfg.Workspace, id, j.ref)
 	if err != nil {
 		j.m.Pending = chunkstore.ID{}
-		_ = j.update(func(*badger.Txn) error { return nil })
+		_ = j.update(func(*metalog.Txn) error { return nil })
 		if errors.Is(err, chunkstore.ErrConflict) {
 			// Lost the compare-and-swap: another writer moved the ref.
 			// The snapshot is in the store; keep it on record.
@@ -229,7 +229,7 @@ func (j *Journal) commitSnapshot(ctx context.Context, snap *chunkstore.Snapshot,
 	j.m.Base, j.m.Seq, j.m.Pending = id, snap.Seq, chunkstore.ID{}
 	j.m.Diverged, j.m.DivergedHead = chunkstore.ID{}, chunkstore.ID{}
 	j.m.Committed = c.cut.gen // the cut moved Gen on: what changed since is dirty still
-	if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
+	if err := j.update(func(*metalog.Txn) error { return nil }); err != nil {
 		j.pendingIsBase(id, snap.Seq)
 		return id, snap, fmt.Errorf("snapshot %s is done, but recording it in the journal failed: %w", id.Short(), err)
 	}
@@ -251,7 +251,7 @@ func (j *Journal) commitSnapshot(ctx context.Context, snap *chunkstore.Snapshot,
 	// Files open for passthrough writing stay dirty: the kernel may write
 	// them without telling the journal.
 	if len(j.writers) > 0 {
-		err := j.update(func(txn *badger.Txn) error {
+		err := j.update(func(txn *metalog.Txn) error {
 			for ino := range j.writers {
 				n, err := j.getInode(txn, ino)
 				if err != nil {
@@ -275,7 +275,7 @@ func (j *Journal) commitSnapshot(ctx context.Context, snap *chunkstore.Snapshot,
 // with up's tree (a directory) or content (a file that did not change since
 // the cut: one that did keeps its record and stays dirty), none for an
 // inode deleted since.
-func (j *Journal) committedRecord(txn *badger.Txn, up *inode) (*inode, bool, error) {
+func (j *Journal) committedRecord(txn *metalog.Txn, up *inode) (*inode, bool, error) {
 	n, err := j.getInode(txn, up.Ino)
 	if errors.Is(err, ErrNotFound) {
 		return nil, false, nil
@@ -381,7 +381,7 @@ func (j *Journal) resolvePending() error {
 		}
 		j.m.Base, j.m.Seq = pending, snap.Seq
 	}
-	return j.update(func(*badger.Txn) error { return nil })
+	return j.update(func(*metalog.Txn) error { return nil })
 }
 
 // resolveRollback finishes a rollback to snapshot to whose ref move may
@@ -410,7 +410,7 @@ func (j *Journal) resolveRollback(to chunkstore.ID) error {
 			return fmt.Errorf("finish the interrupted rollback of %q to %s: %w", j.cfg.Workspace, to.Short(), err)
 		}
 	}
-	return j.update(func(*badger.Txn) error { return nil })
+	return j.update(func(*metalog.Txn) error { return nil })
 }
 
 // pendingIsBase is what the journal does in memory when the bookkeeping
@@ -440,7 +440,7 @@ func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
 		}
 	}
 	prefix := dentryPrefix(c.epoch, n.Ino)
-	it := c.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+	it := c.txn.NewIterator(metalog.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 	type dent struct {
 		name string
 		ino  Ino
@@ -590,9 +590,9 @@ func (c *committer) xattrs(ino Ino) ([]chunkstore.Xattr, error) {
 	return xattrsOf(c.txn, c.epoch, ino)
 }
 
-func xattrsOf(txn *badger.Txn, epoch uint32, ino Ino) ([]chunkstore.Xattr, error) {
+func xattrsOf(txn *metalog.Txn, epoch uint32, ino Ino) ([]chunkstore.Xattr, error) {
 	prefix := xattrPrefix(epoch, ino)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	it := txn.NewIterator(metalog.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	var out []chunkstore.Xattr
 	for it.Rewind(); it.Valid(); it.Next() {

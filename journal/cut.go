@@ -3,7 +3,7 @@ package journal
 import (
 	"sync/atomic"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
 
 // The cut. A snapshot does not hold the journal's lock while it reads,
@@ -39,7 +39,7 @@ var afterCut func()
 
 // cutState is the state of a running snapshot's cut.
 type cutState struct {
-	txn    *badger.Txn      // the namespace at the cut
+	txn    *metalog.Txn     // the namespace at the cut
 	frozen map[Ino]struct{} // the dirty set at the cut
 	gen    uint64           // the marker generation at the cut: Committed once done
 	epoch  uint32

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
 
 // File data. A clean regular file's bytes are its committed content (inline
@@ -116,7 +116,7 @@ func (j *Journal) prepareData(n *inode) (File, error) {
 
 // prepareDataWith is prepareData with more to write in its transaction
 // (always written, even when n is ready already).
-func (j *Journal) prepareDataWith(n *inode, extra func(txn *badger.Txn) error) (File, error) {
+func (j *Journal) prepareDataWith(n *inode, extra func(txn *metalog.Txn) error) (File, error) {
 	if n.Staged && j.isDirty(n.Ino) {
 		if extra != nil {
 			if err := j.update(extra); err != nil {
@@ -144,8 +144,8 @@ func (j *Journal) prepareDataWith(n *inode, extra func(txn *badger.Txn) error) (
 
 // saveDirty saves n and marks it dirty in one transaction, with extra
 // (if any) in it too.
-func (j *Journal) saveDirty(n *inode, extra func(txn *badger.Txn) error) error {
-	return j.update(func(txn *badger.Txn) error {
+func (j *Journal) saveDirty(n *inode, extra func(txn *metalog.Txn) error) error {
+	return j.update(func(txn *metalog.Txn) error {
 		if err := j.putInode(txn, n); err != nil {
 			return err
 		}
@@ -268,7 +268,7 @@ func checkRegular(n *inode, op string) error {
 
 func (j *Journal) inode(ino Ino) (*inode, error) {
 	var n *inode
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		var err error
 		n, err = j.getInode(txn, ino)
 		return err
@@ -367,7 +367,7 @@ func (j *Journal) writeLocked(c Caller, n *inode, p []byte, off int64, now int64
 		delete(j.trimmed, ino)
 		return 0, j.dataErr("write", ino, err)
 	}
-	err = j.update(func(txn *badger.Txn) error {
+	err = j.update(func(txn *metalog.Txn) error {
 		j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + newSize
 		n.Size = newSize
 		n.Mtime, n.Ctime = now, now
@@ -453,7 +453,7 @@ func (j *Journal) Fallocate(ctx context.Context, c Caller, ino Ino, mode FallocM
 			}
 		}
 	}
-	err = j.update(func(txn *badger.Txn) error {
+	err = j.update(func(txn *metalog.Txn) error {
 		j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + newSize
 		n.Size = newSize
 		n.Mtime, n.Ctime = now, now

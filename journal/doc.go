@@ -8,8 +8,12 @@
 //
 // # Storage
 //
-// Metadata lives in Badger (keys.go): inode records, directory entries,
-// xattrs, the dirty set and the journal's state, all under an epoch prefix.
+// Metadata (keys.go: inode records, directory entries, xattrs, the dirty
+// set and the journal's state, all under an epoch prefix) lives in
+// internal/metalog: each operation's changes are one record appended to the
+// journal's own log with one pwrite(2) on the request's thread and applied
+// to an in-memory table; a background checkpointer writes full tables to
+// Badger in batches, and Open replays the log after Badger's checkpoint.
 // Data of changed files lives in staging files, one per inode, a sparse file
 // kept exactly as long as the file (copy-up on first change); unchanged
 // files are read from the store's chunks. Holes survive both ways: a
@@ -22,14 +26,15 @@
 //
 // This is what the journal promises, and what its crash tests check:
 //
-//  1. An operation that returned is in the journal. Metadata changes are
-//     Badger transactions written to Badger's write-ahead log before the
+//  1. An operation that returned is in the journal. Its metadata changes
+//     are one record of the metadata log, written with pwrite(2) before the
 //     call returns, and staging-file writes are pwrite(2)s; both survive
 //     kill -9 of the process (they are in the kernel's page cache). Fsync
 //     makes them survive power loss too: it fsyncs the staging file and
-//     syncs Badger.
+//     fdatasyncs the log.
 //  2. After any crash the journal reopens consistent: every operation is a
-//     single transaction, so the state is a prefix of the operations,
+//     single transaction (one log record, checksummed: a torn one is
+//     dropped at replay), so the state is a prefix of the operations,
 //     with no torn metadata, no dangling entries and correct link counts.
 //     Open removes what a crash can leave behind: staging files of deleted
 //     inodes and the state of an interrupted rollback.
@@ -53,12 +58,16 @@
 // disk has less free than Badger and a snapshot's bookkeeping may need;
 // reads, removals, truncation, release, fsync and recording a snapshot go
 // on from a reserve file the journal keeps, even when something else
-// filled the disk; writes work again once space is freed.
+// filled the disk; writes work again once space is freed. Badger is
+// written only by the log's checkpoints, which wait while the disk is
+// below the guard's line (the log keeps the records meanwhile, up to a
+// bounded backlog, past which operations get ErrNoSpace), and a log append
+// that finds the disk full is undone and refused with ErrNoSpace.
 //
 // # Concurrency
 //
-// A Journal serialises its operations with one mutex: Badger transactions
-// plus this lock make every operation atomic and the snapshot cut exact.
+// A Journal serialises its operations with one mutex: transactions plus
+// this lock make every operation atomic and the snapshot cut exact.
 // A snapshot holds it only to cut and to record the result (cut.go): in
 // between, operations go on, and one that would change the bytes of a
 // file the snapshot has yet to read waits for that file only. One read

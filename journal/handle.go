@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
 
 // Open files. The FUSE layer opens a regular file through the journal and
@@ -136,7 +136,7 @@ func (j *Journal) CreateOpen(ctx context.Context, c Caller, parent Ino, name str
 			return Attr{}, nil, err
 		}
 	}
-	a, err := j.mknodeLocked(c, parent, name, TypeRegular, mode, 0, "", func(txn *badger.Txn, n *inode) error {
+	a, err := j.mknodeLocked(c, parent, name, TypeRegular, mode, 0, "", func(txn *metalog.Txn, n *inode) error {
 		if n.Ino != ino {
 			return fmt.Errorf("%w: create %q: inode %d, expected %d", ErrIO, name, n.Ino, ino)
 		}
@@ -215,7 +215,7 @@ func (j *Journal) openBacking(n *inode, write bool) (*os.File, error) {
 	switch {
 	case write && !busy:
 		// Staged, dirty and marked a writer in one transaction.
-		f, err = j.prepareDataWith(n, func(txn *badger.Txn) error { return txn.Set(writerKey(j.m.Epoch, n.Ino), nil) })
+		f, err = j.prepareDataWith(n, func(txn *metalog.Txn) error { return txn.Set(writerKey(j.m.Epoch, n.Ino), nil) })
 	case write:
 		f, err = j.prepareData(n)
 	case !n.Staged:
@@ -275,7 +275,7 @@ func (j *Journal) stageClean(n *inode) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := j.update(func(txn *badger.Txn) error { return j.putInode(txn, n) }); err != nil {
+	if err := j.update(func(txn *metalog.Txn) error { return j.putInode(txn, n) }); err != nil {
 		return nil, err
 	}
 	j.trimmed[n.Ino] = struct{}{}
@@ -300,7 +300,7 @@ func (j *Journal) Release(ctx context.Context, h *Handle) (err error) {
 			// The last writer: adopt the staging file's size and drop the
 			// marker in one transaction.
 			delete(j.writers, h.Ino)
-			errs = append(errs, j.syncWriterWith(h.Ino, ws, h.backing, func(txn *badger.Txn) error { return txn.Delete(writerKey(j.m.Epoch, h.Ino)) }))
+			errs = append(errs, j.syncWriterWith(h.Ino, ws, h.backing, func(txn *metalog.Txn) error { return txn.Delete(writerKey(j.m.Epoch, h.Ino)) }))
 		} else {
 			errs = append(errs, j.syncWriterWith(h.Ino, ws, h.backing, nil))
 		}
@@ -350,7 +350,7 @@ func (j *Journal) syncWriter(ino Ino, ws *writerState) error {
 // syncWriterWith is syncWriter with more to write in the same transaction
 // (written even if nothing changed). f, if not nil, is the staging file,
 // open: it is asked (fstat) instead of its path.
-func (j *Journal) syncWriterWith(ino Ino, ws *writerState, f *os.File, extra func(txn *badger.Txn) error) error {
+func (j *Journal) syncWriterWith(ino Ino, ws *writerState, f *os.File, extra func(txn *metalog.Txn) error) error {
 	c, err := j.statWriter(ino, ws, f)
 	if err != nil {
 		return err
@@ -428,7 +428,7 @@ func (c *writerChange) committed(j *Journal) {
 
 // adoptStaging records size (and, with touched, that mtime and ctime) for
 // n, whose staging file the kernel wrote (recoverHandles).
-func (j *Journal) adoptStaging(n *inode, size int64, touched int64, extra func(txn *badger.Txn) error) error {
+func (j *Journal) adoptStaging(n *inode, size int64, touched int64, extra func(txn *metalog.Txn) error) error {
 	j.m.Bytes = j.m.Bytes - min(j.m.Bytes, n.Size) + uint64(size)
 	n.Size = uint64(size)
 	if touched != 0 {
@@ -441,7 +441,7 @@ func (j *Journal) adoptStaging(n *inode, size int64, touched int64, extra func(t
 // orphan keeps regular file n, whose last name is going, while it is open:
 // link count 0, an orphan marker, data kept. It reports false if n is not
 // open.
-func (j *Journal) orphan(txn *badger.Txn, n *inode) (bool, error) {
+func (j *Journal) orphan(txn *metalog.Txn, n *inode) (bool, error) {
 	if n.Type != TypeRegular || j.opens[n.Ino] == 0 {
 		return false, nil
 	}
@@ -462,7 +462,7 @@ func (j *Journal) dropOrphan(ino Ino) error {
 		return err
 	}
 	var dropped []*inode
-	err = j.update(func(txn *badger.Txn) error {
+	err = j.update(func(txn *metalog.Txn) error {
 		if err := txn.Delete(orphanKey(j.m.Epoch, ino)); err != nil {
 			return err
 		}
@@ -480,10 +480,10 @@ func (j *Journal) dropOrphan(ino Ino) error {
 // staging file's size. Called by Open, before cleanup.
 func (j *Journal) recoverHandles() error {
 	var orphans, writers []Ino
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		for _, kind := range []byte{'O', 'W'} {
 			prefix := inoKey(j.m.Epoch, kind, 0)[:6]
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+			it := txn.NewIterator(metalog.IteratorOptions{Prefix: prefix, PrefetchValues: false})
 			for it.Rewind(); it.Valid(); it.Next() {
 				k := it.Item().Key()
 				if len(k) != 14 {
@@ -514,7 +514,7 @@ func (j *Journal) recoverHandles() error {
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
-		if err := j.update(func(txn *badger.Txn) error { return txn.Delete(writerKey(j.m.Epoch, ino)) }); err != nil {
+		if err := j.update(func(txn *metalog.Txn) error { return txn.Delete(writerKey(j.m.Epoch, ino)) }); err != nil {
 			return err
 		}
 	}
@@ -523,7 +523,7 @@ func (j *Journal) recoverHandles() error {
 			return err
 		}
 		// A marker whose inode is gone (or was relinked) is stale.
-		if err := j.update(func(txn *badger.Txn) error { return txn.Delete(orphanKey(j.m.Epoch, ino)) }); err != nil {
+		if err := j.update(func(txn *metalog.Txn) error { return txn.Delete(orphanKey(j.m.Epoch, ino)) }); err != nil {
 			return err
 		}
 	}

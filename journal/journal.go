@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/cairnfs/cairn/chunkstore"
@@ -58,7 +59,7 @@ type Config struct {
 // concurrent use; operations are serialised (see doc.go).
 type Journal struct {
 	cfg   Config
-	db    *badger.DB
+	db    *metalog.DB
 	store *chunkstore.Store
 
 	// snapMu serialises snapshots and what must not run during one
@@ -170,7 +171,15 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if err := sp.open(); err != nil {
 		return nil, err
 	}
-	db, err := badger.Open(opts)
+	db, err := metalog.Open(metalog.Options{
+		Dir:    filepath.Join(cfg.Dir, "metalog"),
+		Badger: opts,
+		// Checkpoints write Badger's tables through mmap: guarded like
+		// any Badger write, and allowed the reserve (they are what lets
+		// the log shrink).
+		CheckpointGate: func(bytes int64) error { return sp.check(uint64(bytes)*2, true) },
+		Logf:           cfg.Logf,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open journal metadata in %s: %w", cfg.Dir, err)
 	}
@@ -299,7 +308,7 @@ func (j *Journal) initialize(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return j.write(func(txn *badger.Txn) error {
+	return j.write(func(txn *metalog.Txn) error {
 		if err := j.putInode(txn, root); err != nil {
 			return err
 		}
@@ -466,7 +475,7 @@ func (j *Journal) Status(ctx context.Context) (Status, error) {
 	}
 	s := Status{Workspace: j.cfg.Workspace, Base: j.m.Base, Seq: j.m.Seq, DirtyInodes: len(dirty),
 		Files: j.m.Files, Bytes: j.m.Bytes, Inodes: j.m.inodes(), OpenFiles: len(j.opens)}
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		for ino := range dirty {
 			n, err := j.getInode(txn, ino)
 			if errors.Is(err, ErrNotFound) {

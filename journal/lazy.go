@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 
 	"github.com/cairnfs/cairn/chunkstore"
 )
@@ -96,7 +96,7 @@ func (j *Journal) loadEntry(w *splitWriter, parent Ino, e *chunkstore.Entry) err
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, badger.ErrKeyNotFound) {
+		if !errors.Is(err, metalog.ErrKeyNotFound) {
 			return err
 		}
 	}
@@ -136,7 +136,7 @@ func (j *Journal) ensureDirTree(ctx context.Context, ino Ino) (*chunkstore.Tree,
 		return nil, nil
 	}
 	var n *inode
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		var err error
 		n, err = j.getInode(txn, ino)
 		return err

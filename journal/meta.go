@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
 
 const metaVersion = 1
@@ -83,9 +84,9 @@ func decodeMeta(data []byte) (meta, error) {
 
 // loadMeta reads the journal state; ok is false for a new journal.
 func (j *Journal) loadMeta() (ok bool, err error) {
-	err = j.db.View(func(txn *badger.Txn) error {
+	err = j.db.View(func(txn *metalog.Txn) error {
 		item, err := txn.Get(metaStateKey)
-		if errors.Is(err, badger.ErrKeyNotFound) {
+		if errors.Is(err, metalog.ErrKeyNotFound) {
 			return nil
 		}
 		if err != nil {
@@ -103,16 +104,16 @@ func (j *Journal) loadMeta() (ok bool, err error) {
 	return ok, nil
 }
 
-func (j *Journal) saveMeta(txn *badger.Txn) error {
+func (j *Journal) saveMeta(txn *metalog.Txn) error {
 	return txn.Set(metaStateKey, j.m.encode())
 }
 
 // update runs fn in a read-write transaction and saves the meta state with
 // it. If the transaction fails, the in-memory meta state is restored, so
 // memory never runs ahead of disk.
-func (j *Journal) update(fn func(txn *badger.Txn) error) error {
+func (j *Journal) update(fn func(txn *metalog.Txn) error) error {
 	saved := j.m
-	err := j.write(func(txn *badger.Txn) error {
+	err := j.write(func(txn *metalog.Txn) error {
 		if err := fn(txn); err != nil {
 			return err
 		}
@@ -122,6 +123,11 @@ func (j *Journal) update(fn func(txn *badger.Txn) error) error {
 		j.m = saved
 		if isJournalErr(err) {
 			return err
+		}
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			// The metadata log's append found the disk full (another
+			// program filled it past the guard): refused, nothing written.
+			return fmt.Errorf("%w: journal metadata: %w", ErrNoSpace, err)
 		}
 		return fmt.Errorf("%w: journal metadata: %v", ErrIO, err)
 	}
@@ -147,7 +153,7 @@ var sentinels = []error{ErrNotFound, ErrExists, ErrNotDir, ErrIsDir, ErrNotEmpty
 // marked in this generation has its directories marked too (every marking
 // marks them in the same transaction), so that case is one read. Operations
 // that add a name for an inode mark the new parent themselves.
-func (j *Journal) markDirty(txn *badger.Txn, n *inode) error {
+func (j *Journal) markDirty(txn *metalog.Txn, n *inode) error {
 	if g, ok, err := j.dirtyGen(txn, n.Ino); err != nil {
 		return err
 	} else if ok && g == j.m.Gen {
@@ -159,7 +165,7 @@ func (j *Journal) markDirty(txn *badger.Txn, n *inode) error {
 	if n.Type == TypeDir {
 		return j.markDirUp(txn, n.Parent)
 	}
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: linkPrefix(j.m.Epoch, n.Ino)})
+	it := txn.NewIterator(metalog.IteratorOptions{Prefix: linkPrefix(j.m.Epoch, n.Ino)})
 	defer it.Close()
 	var parents []Ino
 	for it.Rewind(); it.Valid(); it.Next() {
@@ -177,7 +183,7 @@ func (j *Journal) markDirty(txn *badger.Txn, n *inode) error {
 
 // markDirUp marks dir and its ancestors dirty, stopping at the first one
 // already marked in this generation (its ancestors are marked too).
-func (j *Journal) markDirUp(txn *badger.Txn, dir Ino) error {
+func (j *Journal) markDirUp(txn *metalog.Txn, dir Ino) error {
 	for {
 		if _, ok := j.cache.marked[dir]; ok {
 			return nil
@@ -204,22 +210,22 @@ func (j *Journal) markDirUp(txn *badger.Txn, dir Ino) error {
 }
 
 // markNew marks a new inode, whose only name is in parent, dirty.
-func (j *Journal) markNew(txn *badger.Txn, ino, parent Ino) error {
+func (j *Journal) markNew(txn *metalog.Txn, ino, parent Ino) error {
 	if err := j.setDirty(txn, ino); err != nil {
 		return err
 	}
 	return j.markDirUp(txn, parent)
 }
 
-func (j *Journal) setDirty(txn *badger.Txn, ino Ino) error {
+func (j *Journal) setDirty(txn *metalog.Txn, ino Ino) error {
 	j.cache.pendingDirty = append(j.cache.pendingDirty, ino)
 	return txn.Set(dirtyKey(j.m.Epoch, ino), u64(j.m.Gen))
 }
 
 // dirtyGen returns the generation of ino's dirty marker, if it has one.
-func (j *Journal) dirtyGen(txn *badger.Txn, ino Ino) (uint64, bool, error) {
+func (j *Journal) dirtyGen(txn *metalog.Txn, ino Ino) (uint64, bool, error) {
 	item, err := txn.Get(dirtyKey(j.m.Epoch, ino))
-	if errors.Is(err, badger.ErrKeyNotFound) {
+	if errors.Is(err, metalog.ErrKeyNotFound) {
 		return 0, false, nil
 	}
 	if err != nil {

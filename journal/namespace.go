@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
 
 // checkName validates a name (not "." or "..", handled by each operation).
@@ -31,9 +31,9 @@ func checkNewName(name string) error {
 }
 
 // child looks up name in the loaded directory parent.
-func (j *Journal) child(txn *badger.Txn, parent Ino, name string) (Ino, Type, bool, error) {
+func (j *Journal) child(txn *metalog.Txn, parent Ino, name string) (Ino, Type, bool, error) {
 	item, err := txn.Get(dentryKey(j.m.Epoch, parent, name))
-	if errors.Is(err, badger.ErrKeyNotFound) {
+	if errors.Is(err, metalog.ErrKeyNotFound) {
 		return 0, 0, false, nil
 	}
 	if err != nil {
@@ -66,7 +66,7 @@ func (j *Journal) Lookup(ctx context.Context, parent Ino, name string) (Attr, er
 		}
 	}
 	var a Attr
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		if name == "." || name == ".." {
 			d, err := j.getInode(txn, parent)
 			if err != nil {
@@ -113,7 +113,7 @@ func (j *Journal) LookupAll(ctx context.Context, parent Ino, names []string) (at
 		return nil, nil, err
 	}
 	attrs, errs = make([]Attr, len(names)), make([]error, len(names))
-	err = j.db.View(func(txn *badger.Txn) error {
+	err = j.db.View(func(txn *metalog.Txn) error {
 		for i, name := range names {
 			if errs[i] = checkName(name); errs[i] != nil {
 				continue
@@ -158,7 +158,7 @@ func (j *Journal) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 		return Attr{}, err
 	}
 	var a Attr
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err == nil {
 			a = n.Attr
@@ -177,7 +177,7 @@ func (j *Journal) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 
 func (j *Journal) getAttrLocked(ino Ino) (Attr, error) {
 	var a Attr
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err == nil {
 			a = n.Attr
@@ -251,10 +251,10 @@ func (j *Journal) checkMknode(ctx context.Context, parent Ino, name string) erro
 // mknodeLocked makes the new inode in one transaction, after checkMknode.
 // prep, if not nil, may change the new inode before it is written and add
 // to the transaction.
-func (j *Journal) mknodeLocked(c Caller, parent Ino, name string, t Type, mode uint32, rdev uint64, target string, prep func(txn *badger.Txn, n *inode) error) (Attr, error) {
+func (j *Journal) mknodeLocked(c Caller, parent Ino, name string, t Type, mode uint32, rdev uint64, target string, prep func(txn *metalog.Txn, n *inode) error) (Attr, error) {
 	now := j.cfg.Clock()
 	var a Attr
-	err := j.update(func(txn *badger.Txn) error {
+	err := j.update(func(txn *metalog.Txn) error {
 		p, err := j.getInode(txn, parent)
 		if err != nil {
 			return err
@@ -327,7 +327,7 @@ func (j *Journal) Readlink(ctx context.Context, ino Ino) (string, error) {
 	}
 	defer j.mu.Unlock()
 	var target string
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err != nil {
 			return err
@@ -358,7 +358,7 @@ func (j *Journal) Link(ctx context.Context, c Caller, ino Ino, newParent Ino, ne
 	}
 	now := j.cfg.Clock()
 	var a Attr
-	err := j.update(func(txn *badger.Txn) error {
+	err := j.update(func(txn *metalog.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err != nil {
 			return err
@@ -442,7 +442,7 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 	// Linux's order: the name, then the sticky rule, then the type.
 	var target Ino
 	var targetDir bool
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		ino, t, ok, err := j.child(txn, parent, name)
 		switch {
 		case err != nil:
@@ -479,7 +479,7 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 	}
 	now := j.cfg.Clock()
 	var dropped []*inode
-	err = j.update(func(txn *badger.Txn) error {
+	err = j.update(func(txn *metalog.Txn) error {
 		return j.removeEntry(txn, parent, name, target, isDir, now, &dropped)
 	})
 	if err == nil {
@@ -491,7 +491,7 @@ func (j *Journal) remove(ctx context.Context, c Caller, parent Ino, name string,
 // removeEntry removes parent/name, inode ino (an empty directory if isDir),
 // in txn: the parent's link count and times, the name, and the inode if
 // that was its last name.
-func (j *Journal) removeEntry(txn *badger.Txn, parent Ino, name string, ino Ino, isDir bool, now int64, dropped *[]*inode) error {
+func (j *Journal) removeEntry(txn *metalog.Txn, parent Ino, name string, ino Ino, isDir bool, now int64, dropped *[]*inode) error {
 	p, err := j.getInode(txn, parent)
 	if err != nil {
 		return err
@@ -521,7 +521,7 @@ func (j *Journal) removeEntry(txn *badger.Txn, parent Ino, name string, ino Ino,
 // dropName removes the dentry parent/name of n and one link of n, deleting n
 // when no link is left. Deleted inodes are appended to dropped so their
 // staging files can be removed once the transaction committed.
-func (j *Journal) dropName(txn *badger.Txn, parent Ino, name string, n *inode, now int64, dropped *[]*inode) error {
+func (j *Journal) dropName(txn *metalog.Txn, parent Ino, name string, n *inode, now int64, dropped *[]*inode) error {
 	if err := txn.Delete(dentryKey(j.m.Epoch, parent, name)); err != nil {
 		return err
 	}
@@ -543,7 +543,7 @@ func (j *Journal) dropName(txn *badger.Txn, parent Ino, name string, n *inode, n
 
 // deleteInode removes an inode that lost its last name, unless it is an
 // open file (handle.go: it becomes an orphan).
-func (j *Journal) deleteInode(txn *badger.Txn, n *inode, dropped *[]*inode) error {
+func (j *Journal) deleteInode(txn *metalog.Txn, n *inode, dropped *[]*inode) error {
 	if kept, err := j.orphan(txn, n); kept || err != nil {
 		return err
 	}
@@ -553,7 +553,7 @@ func (j *Journal) deleteInode(txn *badger.Txn, n *inode, dropped *[]*inode) erro
 // reallyDeleteInode removes an inode with its xattrs. Its dirty marker
 // stays: a commit only visits inodes that have a name, and deletes the
 // markers it consumed.
-func (j *Journal) reallyDeleteInode(txn *badger.Txn, n *inode, dropped *[]*inode) error {
+func (j *Journal) reallyDeleteInode(txn *metalog.Txn, n *inode, dropped *[]*inode) error {
 	if err := j.delInode(txn, n.Ino); err != nil {
 		return err
 	}
@@ -572,8 +572,8 @@ func (j *Journal) reallyDeleteInode(txn *badger.Txn, n *inode, dropped *[]*inode
 	return nil
 }
 
-func (j *Journal) deletePrefix(txn *badger.Txn, prefix []byte) error {
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+func (j *Journal) deletePrefix(txn *metalog.Txn, prefix []byte) error {
+	it := txn.NewIterator(metalog.IteratorOptions{Prefix: prefix})
 	var keys [][]byte
 	for it.Rewind(); it.Valid(); it.Next() {
 		keys = append(keys, it.Item().KeyCopy(nil))
@@ -588,8 +588,8 @@ func (j *Journal) deletePrefix(txn *badger.Txn, prefix []byte) error {
 }
 
 // isEmpty reports whether the loaded directory ino has no entries.
-func (j *Journal) isEmpty(txn *badger.Txn, ino Ino) (bool, error) {
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: dentryPrefix(j.m.Epoch, ino), PrefetchValues: false})
+func (j *Journal) isEmpty(txn *metalog.Txn, ino Ino) (bool, error) {
+	it := txn.NewIterator(metalog.IteratorOptions{Prefix: dentryPrefix(j.m.Epoch, ino), PrefetchValues: false})
 	defer it.Close()
 	it.Rewind()
 	return !it.Valid(), nil
@@ -621,9 +621,9 @@ func (j *Journal) ReadDir(ctx context.Context, ino Ino) ([]DirEntry, error) {
 // sorted bytewise by name.
 func (j *Journal) dentries(dir Ino, max int) ([]DirEntry, error) {
 	var out []DirEntry
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		prefix := dentryPrefix(j.m.Epoch, dir)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+		it := txn.NewIterator(metalog.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
 		for it.Rewind(); it.Valid() && (max == 0 || len(out) < max); it.Next() {
 			item := it.Item()

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 
 	"github.com/cairnfs/cairn/chunkstore"
 )
@@ -130,7 +130,7 @@ func (j *Journal) recordDiverged(ctx context.Context, local, head chunkstore.ID)
 	derr := &DivergedError{Workspace: j.cfg.Workspace, Local: local, Base: j.m.Base, Head: head}
 	if j.m.Diverged != local || j.m.DivergedHead != head {
 		j.m.Diverged, j.m.DivergedHead = local, head
-		if err := j.update(func(*badger.Txn) error { return nil }); err != nil {
+		if err := j.update(func(*metalog.Txn) error { return nil }); err != nil {
 			return errors.Join(derr, err)
 		}
 		lost := chunkstore.LostSnapshot{Workspace: j.cfg.Workspace, Snapshot: local, Parent: j.m.Base, Head: head, Host: j.cfg.Host,
@@ -195,7 +195,7 @@ func (j *Journal) switchEpoch(to chunkstore.ID, target *chunkstore.Snapshot, seq
 	j.m.Seq = seq
 	j.m.Diverged, j.m.DivergedHead = chunkstore.ID{}, chunkstore.ID{}
 	j.generation.Add(1)
-	err = j.update(func(txn *badger.Txn) error {
+	err = j.update(func(txn *metalog.Txn) error {
 		if err := j.putInode(txn, root); err != nil {
 			return err
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
 
 // Rename moves parent/name to newParent/newName with renameat2(2)
@@ -43,7 +43,7 @@ func (j *Journal) Rename(ctx context.Context, c Caller, parent Ino, name string,
 	var srcIno, dstIno Ino
 	var dstType Type
 	var exists bool
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		var ok bool
 		var err error
 		if srcIno, _, ok, err = j.child(txn, parent, name); err != nil {
@@ -90,7 +90,7 @@ func (j *Journal) Rename(ctx context.Context, c Caller, parent Ino, name string,
 	}
 	now := j.cfg.Clock()
 	var dropped []*inode
-	err = j.update(func(txn *badger.Txn) error {
+	err = j.update(func(txn *metalog.Txn) error {
 		src, err := j.getInode(txn, srcIno)
 		if err != nil {
 			return err
@@ -163,7 +163,7 @@ func (j *Journal) Rename(ctx context.Context, c Caller, parent Ino, name string,
 // renameTrap is Linux's lock_rename trap: when one of the two directories
 // is an ancestor of the other, the child of the ancestor on the path to the
 // other (0 if neither is).
-func (j *Journal) renameTrap(txn *badger.Txn, newDir, oldDir Ino) (Ino, error) {
+func (j *Journal) renameTrap(txn *metalog.Txn, newDir, oldDir Ino) (Ino, error) {
 	if newDir == oldDir {
 		return 0, nil
 	}
@@ -175,7 +175,7 @@ func (j *Journal) renameTrap(txn *badger.Txn, newDir, oldDir Ino) (Ino, error) {
 
 // childTowards returns the child of anc that is desc or an ancestor of
 // desc, or 0 when anc is not a proper ancestor of desc.
-func (j *Journal) childTowards(txn *badger.Txn, anc, desc Ino) (Ino, error) {
+func (j *Journal) childTowards(txn *metalog.Txn, anc, desc Ino) (Ino, error) {
 	for p := desc; p != RootIno; {
 		n, err := j.getInode(txn, p)
 		if err != nil {
@@ -190,7 +190,7 @@ func (j *Journal) childTowards(txn *badger.Txn, anc, desc Ino) (Ino, error) {
 }
 
 // moveName moves src from sp/name to dp/newName (where nothing is).
-func (j *Journal) moveName(txn *badger.Txn, src, sp *inode, name string, dp *inode, newName string, now int64) error {
+func (j *Journal) moveName(txn *metalog.Txn, src, sp *inode, name string, dp *inode, newName string, now int64) error {
 	if err := txn.Delete(dentryKey(j.m.Epoch, sp.Ino, name)); err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func (j *Journal) moveName(txn *badger.Txn, src, sp *inode, name string, dp *ino
 }
 
 // exchange swaps sp/name (src) and dp/newName (dst).
-func (j *Journal) exchange(txn *badger.Txn, src, sp *inode, name string, dst, dp *inode, newName string, now int64) error {
+func (j *Journal) exchange(txn *metalog.Txn, src, sp *inode, name string, dst, dp *inode, newName string, now int64) error {
 	if err := txn.Set(dentryKey(j.m.Epoch, sp.Ino, name), dentryValue(dst.Ino, dst.Type)); err != nil {
 		return err
 	}
@@ -268,7 +268,7 @@ func (j *Journal) exchange(txn *badger.Txn, src, sp *inode, name string, dst, dp
 	return j.finishMove(txn, src, sp, dp)
 }
 
-func (j *Journal) finishMove(txn *badger.Txn, src, sp, dp *inode) error {
+func (j *Journal) finishMove(txn *metalog.Txn, src, sp, dp *inode) error {
 	for _, n := range []*inode{src, sp, dp} {
 		if err := j.putInode(txn, n); err != nil {
 			return err

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 
 	"github.com/cairnfs/cairn/chunkstore"
 )
@@ -188,7 +188,7 @@ func (j *Journal) lookupLoaded(ctx context.Context, dir Ino, name string) (child
 	if err := j.ensureDir(ctx, dir); err != nil {
 		return 0, 0, false, err
 	}
-	err = j.db.View(func(txn *badger.Txn) error {
+	err = j.db.View(func(txn *metalog.Txn) error {
 		var err error
 		child, t, ok, err = j.child(txn, dir, name)
 		return err
@@ -261,7 +261,7 @@ func (j *Journal) makeAncestors(ctx context.Context, root chunkstore.ID, p strin
 			if err := j.checkInodeQuota(1); err != nil {
 				return 0, top, err
 			}
-			err = j.update(func(txn *badger.Txn) error {
+			err = j.update(func(txn *metalog.Txn) error {
 				var err error
 				if child, err = j.graftEntry(txn, dir, &shallow, nil); err != nil {
 					return err
@@ -280,7 +280,7 @@ func (j *Journal) makeAncestors(ctx context.Context, root chunkstore.ID, p strin
 
 // touchParent updates a directory whose entries changed: its times (unless
 // now is 0), and its link count when a subdirectory was added.
-func (j *Journal) touchParent(txn *badger.Txn, dir Ino, subdirAdded bool, now int64) error {
+func (j *Journal) touchParent(txn *metalog.Txn, dir Ino, subdirAdded bool, now int64) error {
 	p, err := j.getInode(txn, dir)
 	if err != nil {
 		return err
@@ -329,7 +329,7 @@ func (j *Journal) removeAll(ctx context.Context, parent Ino, name string, now in
 		}
 		delete(j.loadedDirs, ino)
 	}
-	return j.update(func(txn *badger.Txn) error {
+	return j.update(func(txn *metalog.Txn) error {
 		return j.removeEntry(txn, parent, name, ino, t == TypeDir, now, dropped)
 	})
 }
@@ -344,14 +344,14 @@ func (j *Journal) dropNames(dir Ino, files []DirEntry, now int64, dropped *[]*in
 		for {
 			var gone []*inode
 			tooBig := false
-			err := j.update(func(txn *badger.Txn) error {
+			err := j.update(func(txn *metalog.Txn) error {
 				for _, e := range batch {
 					n, err := j.getInode(txn, e.Ino)
 					if err == nil {
 						err = j.dropName(txn, dir, e.Name, n, now, &gone)
 					}
 					if err != nil {
-						tooBig = errors.Is(err, badger.ErrTxnTooBig)
+						tooBig = errors.Is(err, metalog.ErrTxnTooBig)
 						return err
 					}
 				}
@@ -382,7 +382,7 @@ func (j *Journal) graft(ctx context.Context, parent Ino, name string, e *chunkst
 	top.Name = name
 	links := make(map[uint64]Ino) // snapshot inode -> new inode, for hard links
 	var ino Ino
-	err := j.update(func(txn *badger.Txn) error {
+	err := j.update(func(txn *metalog.Txn) error {
 		var err error
 		if ino, err = j.graftEntry(txn, parent, &top, links); err != nil {
 			return err
@@ -413,7 +413,7 @@ func (j *Journal) graftDir(ctx context.Context, dir Ino, tree chunkstore.ID, lin
 	// batches are split by the entries' sizes (inline content, xattrs).
 	size := func(i int) (int, int) { return graftSize(&t.Entries[i]) }
 	err = j.sizedBatches(len(t.Entries), loadBatch, size, func(start, end int) error {
-		return j.update(func(txn *badger.Txn) error {
+		return j.update(func(txn *metalog.Txn) error {
 			for i := start; i < end; i++ {
 				ino, err := j.graftEntry(txn, dir, &t.Entries[i], links)
 				if err != nil {
@@ -467,7 +467,7 @@ func graftSize(e *chunkstore.Entry) (bytes, keys int) {
 // graftEntry writes one snapshot entry into directory parent under a fresh
 // inode number (or, for a hard link met before, as one more name of the
 // inode written then), marked new. Directories start empty and loaded.
-func (j *Journal) graftEntry(txn *badger.Txn, parent Ino, e *chunkstore.Entry, links map[uint64]Ino) (Ino, error) {
+func (j *Journal) graftEntry(txn *metalog.Txn, parent Ino, e *chunkstore.Entry, links map[uint64]Ino) (Ino, error) {
 	if e.Type != TypeDir && e.Nlink > 1 && links != nil {
 		if ino, ok := links[e.Ino]; ok {
 			n, err := j.getInode(txn, ino)

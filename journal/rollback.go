@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 
 	"github.com/cairnfs/cairn/chunkstore"
 )
@@ -85,7 +85,7 @@ func (j *Journal) rollbackLocked(ctx context.Context, to chunkstore.ID, force bo
 	}
 	ref, err := j.store.SetRef(ctx, j.cfg.Workspace, to, j.ref)
 	j.m.Pending, j.m.RollbackPending, j.m.RollbackFrom = chunkstore.ID{}, false, chunkstore.ID{}
-	if uerr := j.update(func(*badger.Txn) error { return nil }); uerr != nil && err == nil {
+	if uerr := j.update(func(*metalog.Txn) error { return nil }); uerr != nil && err == nil {
 		err = uerr
 	}
 	if err != nil {
@@ -128,8 +128,8 @@ const cleanupPause = 2 * time.Millisecond
 // batch every thousand keys and resting between batches. (Restarting an
 // iterator per batch would walk the growing run of tombstones again.)
 func (j *Journal) deleteEpoch(epoch uint32) error {
-	return j.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: epochPrefix(epoch), PrefetchValues: false})
+	return j.db.View(func(txn *metalog.Txn) error {
+		it := txn.NewIterator(metalog.IteratorOptions{Prefix: epochPrefix(epoch), PrefetchValues: false})
 		defer it.Close()
 		wb := j.db.NewWriteBatch()
 		n := 0
@@ -159,8 +159,8 @@ func (j *Journal) deleteEpoch(epoch uint32) error {
 // old epochs, and staging files whose inode is gone or not staged.
 func (j *Journal) cleanup() error {
 	var old []uint32
-	err := j.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("e")})
+	err := j.db.View(func(txn *metalog.Txn) error {
+		it := txn.NewIterator(metalog.IteratorOptions{Prefix: []byte("e")})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); {
 			k := it.Item().Key()

@@ -3,10 +3,10 @@ package journal
 import (
 	"errors"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
 
-// Badger refuses a transaction past its limits (badger.ErrTxnTooBig): with
+// Badger refuses a transaction past its limits (metalog.ErrTxnTooBig): with
 // badgerOptions, about 2.4 MB of keys and values (15% of the memtable) or
 // 25,000 keys. Inline file content (up to chunkstore.InlineMax) lives in
 // the inode records, so a few hundred small files already fill one. Work of
@@ -29,7 +29,7 @@ var splitCommitted func(commits int) error
 // splitWriter is the transaction of a writeSplit that is being filled.
 type splitWriter struct {
 	j       *Journal
-	txn     *badger.Txn
+	txn     *metalog.Txn
 	commits int // transactions committed so far
 }
 
@@ -65,7 +65,7 @@ func (j *Journal) writeSplit(fn func(w *splitWriter) error) error {
 // set sets key to value, in the next transaction if the current one is full.
 func (w *splitWriter) set(key, value []byte) error {
 	err := w.txn.Set(key, value)
-	if !errors.Is(err, badger.ErrTxnTooBig) {
+	if !errors.Is(err, metalog.ErrTxnTooBig) {
 		return err
 	}
 	// Badger checks the size before it adds the entry: the full

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 
 	"github.com/cairnfs/cairn/chunkstore"
 	"github.com/cairnfs/cairn/chunkstore/chunkstoretest"
@@ -120,8 +120,8 @@ func verify(t *testing.T, j *Journal, files int, extra string) {
 func keys(t *testing.T, j *Journal, kind byte) int {
 	t.Helper()
 	n := 0
-	err := j.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: append(epochPrefix(j.m.Epoch), kind)})
+	err := j.db.View(func(txn *metalog.Txn) error {
+		it := txn.NewIterator(metalog.IteratorOptions{Prefix: append(epochPrefix(j.m.Epoch), kind)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			n++

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
 
 // checkXattrName applies Linux's limits on an xattr name's length.
@@ -70,7 +70,7 @@ func (j *Journal) GetXattr(ctx context.Context, ino Ino, name string) ([]byte, e
 	}
 	defer j.mu.Unlock()
 	var val []byte
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err != nil {
 			return err
@@ -79,7 +79,7 @@ func (j *Journal) GetXattr(ctx context.Context, ino Ino, name string) ([]byte, e
 			return err
 		}
 		item, err := txn.Get(xattrKey(j.m.Epoch, ino, name))
-		if errors.Is(err, badger.ErrKeyNotFound) {
+		if errors.Is(err, metalog.ErrKeyNotFound) {
 			return fmt.Errorf("xattr %q of inode %d: %w", name, ino, ErrNoData)
 		}
 		if err != nil {
@@ -101,7 +101,7 @@ func (j *Journal) ListXattr(ctx context.Context, ino Ino) ([]string, error) {
 	}
 	defer j.mu.Unlock()
 	var names []string
-	err := j.db.View(func(txn *badger.Txn) error {
+	err := j.db.View(func(txn *metalog.Txn) error {
 		if _, err := j.getInode(txn, ino); err != nil {
 			return err
 		}
@@ -111,9 +111,9 @@ func (j *Journal) ListXattr(ctx context.Context, ino Ino) ([]string, error) {
 	return names, err
 }
 
-func (j *Journal) xattrNames(txn *badger.Txn, ino Ino) []string {
+func (j *Journal) xattrNames(txn *metalog.Txn, ino Ino) []string {
 	prefix := xattrPrefix(j.m.Epoch, ino)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	it := txn.NewIterator(metalog.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	var names []string
 	for it.Rewind(); it.Valid(); it.Next() {
@@ -138,7 +138,7 @@ func (j *Journal) SetXattr(ctx context.Context, c Caller, ino Ino, name string, 
 		return fmt.Errorf("xattr value of %d bytes: %w", len(value), ErrTooBig)
 	}
 	now := j.cfg.Clock()
-	return j.update(func(txn *badger.Txn) error {
+	return j.update(func(txn *metalog.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err != nil {
 			return err
@@ -183,7 +183,7 @@ func (j *Journal) RemoveXattr(ctx context.Context, c Caller, ino Ino, name strin
 		return err
 	}
 	now := j.cfg.Clock()
-	return j.update(func(txn *badger.Txn) error {
+	return j.update(func(txn *metalog.Txn) error {
 		n, err := j.getInode(txn, ino)
 		if err != nil {
 			return err
@@ -192,7 +192,7 @@ func (j *Journal) RemoveXattr(ctx context.Context, c Caller, ino Ino, name strin
 			return err
 		}
 		key := xattrKey(j.m.Epoch, ino, name)
-		if _, err := txn.Get(key); errors.Is(err, badger.ErrKeyNotFound) {
+		if _, err := txn.Get(key); errors.Is(err, metalog.ErrKeyNotFound) {
 			return fmt.Errorf("xattr %q of inode %d: %w", name, ino, ErrNoData)
 		} else if err != nil {
 			return err
