@@ -19,10 +19,10 @@ type Options struct {
 	// Badger opens the checkpointed store.
 	Badger badger.Options
 	// MemtableBytes is the size at which the active memtable is frozen
-	// and checkpointed (default 4 MiB).
+	// and checkpointed (default 2 MiB).
 	MemtableBytes int64
 	// MaxFrozen is how many frozen memtables may wait for the
-	// checkpointer before Commit waits for it (default 4).
+	// checkpointer before Commit waits for it (default 2).
 	MaxFrozen int
 	// CheckpointGate, if set, is asked before a checkpoint writes about
 	// the given bytes to Badger; while it returns an error the checkpoint
@@ -77,10 +77,10 @@ type DB struct {
 // checkpoint, replayed into memtables.
 func Open(opts Options) (*DB, error) {
 	if opts.MemtableBytes <= 0 {
-		opts.MemtableBytes = 4 << 20
+		opts.MemtableBytes = 2 << 20
 	}
 	if opts.MaxFrozen <= 0 {
-		opts.MaxFrozen = 4
+		opts.MaxFrozen = 2
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}

@@ -19,7 +19,8 @@ import (
 func testOptions(dir string) Options {
 	return Options{
 		Dir:           filepath.Join(dir, "log"),
-		Badger:        badger.DefaultOptions(filepath.Join(dir, "badger")).WithLogger(nil).WithMemTableSize(16 << 20),
+		Badger:        badger.DefaultOptions(filepath.Join(dir, "badger")).WithLogger(nil).
+			WithMemTableSize(2 << 20).WithValueThreshold(1 << 10).WithValueLogFileSize(1 << 20),
 		MemtableBytes: 2 << 10, // a few dozen records: rotations and checkpoints all the time
 		MaxFrozen:     2,
 	}
@@ -384,5 +385,74 @@ func TestBacklogWaitsForGate(t *testing.T) {
 	blocked.Store(false)
 	if err := db.Update(func(txn *Txn) error { return txn.Set([]byte("later"), val) }); err != nil {
 		t.Fatalf("commit after the checkpointer caught up: %v", err)
+	}
+}
+
+// TestConcurrentReadersSeeWholeCommits: readers running while commits,
+// freezes and checkpoints go on always see whole transactions: every
+// commit sets all of its keys to one value, and moves a counter.
+func TestConcurrentReadersSeeWholeCommits(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	opts.MemtableBytes = 64 << 10
+	db := open(t, opts)
+	defer db.Close()
+	const keys = 20
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				err := db.View(func(txn *Txn) error {
+					it := txn.NewIterator(IteratorOptions{Prefix: []byte("c/")})
+					defer it.Close()
+					var first []byte
+					n := 0
+					for it.Rewind(); it.Valid(); it.Next() {
+						v, _ := it.Item().ValueCopy(nil)
+						if first == nil {
+							first = v
+						} else if !bytes.Equal(v, first) {
+							return fmt.Errorf("key %q = %q, first key %q: a torn commit", it.Item().Key(), v, first)
+						}
+						n++
+					}
+					if n != 0 && n != keys {
+						return fmt.Errorf("%d keys of a commit of %d", n, keys)
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := range 3000 {
+		err := db.Update(func(txn *Txn) error {
+			v := fmt.Appendf(nil, "%08d", i)
+			for k := range keys {
+				if err := txn.Set(fmt.Appendf(nil, "c/%02d", k), v); err != nil {
+					return err
+				}
+			}
+			// Filler, so that memtables fill and checkpoints run.
+			return txn.Set(fmt.Appendf(nil, "f/%d", i%300), bytes.Repeat([]byte("f"), 200))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
