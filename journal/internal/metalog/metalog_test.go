@@ -18,8 +18,8 @@ import (
 
 func testOptions(dir string) Options {
 	return Options{
-		Dir:           filepath.Join(dir, "log"),
-		Badger:        badger.DefaultOptions(filepath.Join(dir, "badger")).WithLogger(nil).
+		Dir: filepath.Join(dir, "log"),
+		Badger: badger.DefaultOptions(filepath.Join(dir, "badger")).WithLogger(nil).
 			WithMemTableSize(2 << 20).WithValueThreshold(1 << 10).WithValueLogFileSize(1 << 20),
 		MemtableBytes: 2 << 10, // a few dozen records: rotations and checkpoints all the time
 		MaxFrozen:     2,
