@@ -25,7 +25,8 @@ FUZZ_TARGETS := \
 	./chunkstore:FuzzDecodeRef \
 	./chunkstore/cdc:FuzzChunker \
 	./journal:FuzzDecodeInode \
-	./journal:FuzzDecodeMeta
+	./journal:FuzzDecodeMeta \
+	./journal/internal/metalog:FuzzDecodeRecord
 
 .PHONY: all build test unit race fuzz bench fsbench s3bench runbench torture lint tools debs demo clean
 
