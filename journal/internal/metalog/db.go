@@ -53,9 +53,10 @@ type DB struct {
 	broken error    // set once an append could not be undone
 
 	// segMu guards the list of open segments (Sync's work).
-	segMu  sync.Mutex
-	segs   []*segment // every open segment, oldest first (cur last)
-	dirNew bool       // a segment was created since the directory was synced
+	segMu    sync.Mutex
+	segs     []*segment // every open segment, oldest first (cur last)
+	dirNew   bool       // a segment was created since the directory was synced
+	unsynced bool       // a checkpoint dropped a segment without syncing Badger
 
 	// mu guards mems and seq: readers take a snapshot of both.
 	mu   sync.RWMutex
@@ -307,36 +308,43 @@ func (db *DB) checkpointer() {
 	}
 }
 
-// checkpoint writes the frozen memtable m (the oldest) to Badger, records
-// its last sequence number, syncs Badger, then drops m and its segment.
+// checkpoint writes the frozen memtable m (the oldest) to Badger with its
+// last sequence number, then drops m and its segment.
+//
+// A table that fits in one Badger transaction (the usual case: tables are
+// smaller than Badger's limit) is written in one, checkpoint included:
+// atomic in Badger's write-ahead log, so power loss leaves Badger at this
+// checkpoint or the one before, and the segment may go without syncing
+// Badger, unless the segment was synced (an fsync promised its records):
+// then Badger is synced first. Otherwise Sync syncs Badger before it
+// returns. A bigger table takes a write batch, not atomic, so Badger is
+// synced before its segment goes.
 func (db *DB) checkpoint(m *memtable, gated bool) error {
 	if gated && db.opts.CheckpointGate != nil {
 		if err := db.opts.CheckpointGate(m.bytes); err != nil {
 			return err
 		}
 	}
-	wb := db.bdb.NewWriteBatch()
-	err := m.newest(func(e entry) error {
-		if e.del {
-			return wb.Delete(e.key)
+	mark := binary.LittleEndian.AppendUint64(nil, m.last)
+	atomic, err := db.writeOneTxn(m, mark)
+	if err != nil {
+		return err
+	}
+	if !atomic {
+		if err := db.writeBatch(m, mark); err != nil {
+			return err
 		}
-		return wb.Set(e.key, e.val)
-	})
-	if err != nil {
-		wb.Cancel()
-		return fmt.Errorf("write checkpoint: %w", err)
 	}
-	if err := wb.Flush(); err != nil {
-		return fmt.Errorf("write checkpoint: %w", err)
+	db.segMu.Lock()
+	mustSync := !atomic || m.seg.synced
+	if !mustSync {
+		db.unsynced = true
 	}
-	err = db.bdb.Update(func(txn *badger.Txn) error {
-		return txn.Set(checkpointKey, binary.LittleEndian.AppendUint64(nil, m.last))
-	})
-	if err != nil {
-		return fmt.Errorf("record checkpoint: %w", err)
-	}
-	if err := db.bdb.Sync(); err != nil {
-		return fmt.Errorf("sync checkpoint: %w", err)
+	db.segMu.Unlock()
+	if mustSync {
+		if err := db.bdb.Sync(); err != nil {
+			return fmt.Errorf("sync checkpoint: %w", err)
+		}
 	}
 	db.mu.Lock()
 	if n := len(db.mems); n > 1 && db.mems[n-1] == m {
@@ -354,7 +362,58 @@ func (db *DB) checkpoint(m *memtable, gated bool) error {
 	return m.seg.remove()
 }
 
-// Sync makes every committed record durable against power loss.
+// writeOneTxn writes m and the checkpoint mark in one Badger transaction;
+// false (nothing written) if they do not fit in one.
+func (db *DB) writeOneTxn(m *memtable, mark []byte) (bool, error) {
+	txn := db.bdb.NewTransaction(true)
+	defer txn.Discard()
+	err := m.newest(func(e entry) error {
+		if e.del {
+			return txn.Delete(e.key)
+		}
+		return txn.Set(e.key, e.val)
+	})
+	if err == nil {
+		err = txn.Set(checkpointKey, mark)
+	}
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		return false, nil
+	}
+	if err == nil {
+		err = txn.Commit()
+	}
+	if err != nil {
+		return false, fmt.Errorf("write checkpoint: %w", err)
+	}
+	return true, nil
+}
+
+// writeBatch writes m in a write batch, then the checkpoint mark.
+func (db *DB) writeBatch(m *memtable, mark []byte) error {
+	wb := db.bdb.NewWriteBatch()
+	err := m.newest(func(e entry) error {
+		if e.del {
+			return wb.Delete(e.key)
+		}
+		return wb.Set(e.key, e.val)
+	})
+	if err != nil {
+		wb.Cancel()
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	if err := wb.Flush(); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	err = db.bdb.Update(func(txn *badger.Txn) error { return txn.Set(checkpointKey, mark) })
+	if err != nil {
+		return fmt.Errorf("record checkpoint: %w", err)
+	}
+	return nil
+}
+
+// Sync makes every committed record durable against power loss: the
+// segments written since the last Sync, and Badger if a checkpoint that
+// was not synced dropped a segment since.
 func (db *DB) Sync() error {
 	db.segMu.Lock()
 	defer db.segMu.Unlock()
@@ -368,6 +427,12 @@ func (db *DB) Sync() error {
 			return err
 		}
 		db.dirNew = false
+	}
+	if db.unsynced {
+		if err := db.bdb.Sync(); err != nil {
+			return fmt.Errorf("sync metadata checkpoints: %w", err)
+		}
+		db.unsynced = false
 	}
 	return nil
 }

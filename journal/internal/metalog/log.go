@@ -131,11 +131,12 @@ func takeBytes(p []byte) ([]byte, []byte, error) {
 // segment is one log file, written at its end with pwrite(2) on a raw
 // descriptor (no poller registration, no os.File bookkeeping).
 type segment struct {
-	path  string
-	fd    int
-	first uint64      // sequence number of its first record
-	size  int64       // under DB.wmu
-	dirty atomic.Bool // written since its last fdatasync
+	path   string
+	fd     int
+	first  uint64      // sequence number of its first record
+	size   int64       // under DB.wmu
+	dirty  atomic.Bool // written since its last fdatasync
+	synced bool        // fdatasynced at least once (under DB.segMu)
 }
 
 func segName(first uint64) string { return fmt.Sprintf("%016x.log", first) }
@@ -183,6 +184,7 @@ func (s *segment) sync() error {
 		s.dirty.Store(true)
 		return fmt.Errorf("fdatasync metadata log %s: %w", s.path, err)
 	}
+	s.synced = true
 	return nil
 }
 
@@ -314,7 +316,9 @@ func replay(dir string, checkpoint uint64) (mems []*memtable, last uint64, err e
 				return nil, 0, fmt.Errorf("cut the torn end off metadata log %s: %w", path, err)
 			}
 		}
-		mem.seg = &segment{path: path, fd: fd, first: first, size: int64(off)}
+		// Taken as synced: an fsync before the crash may have promised
+		// its records, so its checkpoint syncs Badger before it goes.
+		mem.seg = &segment{path: path, fd: fd, first: first, size: int64(off), synced: true}
 		mems = append(mems, mem)
 	}
 	return mems, last, nil

@@ -456,3 +456,51 @@ func TestConcurrentReadersSeeWholeCommits(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncCoversCheckpoints: a checkpoint of records nobody synced drops
+// its segment without syncing Badger, and the next Sync syncs Badger (the
+// records are in neither the log nor a synced Badger until then); one of
+// records a Sync covered syncs Badger before its segment goes.
+func TestSyncCoversCheckpoints(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	opts.MemtableBytes = 1 << 30
+	db := open(t, opts)
+	defer db.Close()
+	set := func(k string) {
+		t.Helper()
+		if err := db.Update(func(txn *Txn) error { return txn.Set([]byte(k), []byte("v")) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unsynced := func() bool {
+		db.segMu.Lock()
+		defer db.segMu.Unlock()
+		return db.unsynced
+	}
+	set("a")
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if !unsynced() {
+		t.Fatal("an unsynced checkpoint is not marked for the next Sync")
+	}
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if unsynced() {
+		t.Fatal("Sync left the checkpoint unsynced")
+	}
+	set("b")
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if unsynced() {
+		t.Fatal("the checkpoint of synced records did not sync Badger itself")
+	}
+	if got := state(t, db); len(got) != 2 {
+		t.Fatalf("state %v", got)
+	}
+}
