@@ -29,8 +29,10 @@ const (
 	// TransportDev serves by reading and writing /dev/fuse.
 	TransportDev Transport = "dev"
 
-	// TransportDefault is the transport of Options.Transport "".
-	TransportDefault = TransportDev
+	// TransportDefault is the transport of Options.Transport "": io_uring
+	// where the kernel offers it (it serves cairn's requests with less
+	// CPU each than /dev/fuse), else /dev/fuse.
+	TransportDefault = TransportAuto
 )
 
 // ParseTransport parses "auto", "uring" or "dev" ("" is TransportDefault).

@@ -143,6 +143,15 @@ func Start(devFd int, h Handler, cfg Config) (*Ring, error) {
 	return r, nil
 }
 
+// mapped counts the lanes' buffer mappings alive in the process.
+var mapped atomic.Int64
+
+// BuffersMapped is the number of ring entries whose buffers are mapped
+// in the process: those of the rings serving, and those of entries the
+// kernel may still hold (a lane stopped before its entry ended keeps its
+// buffers rather than have them reused under the kernel's writes).
+func BuffersMapped() int { return int(mapped.Load()) }
+
 // Wait waits until every lane has stopped: the connection ended.
 func (r *Ring) Wait() { <-r.done }
 
@@ -250,7 +259,9 @@ func (l *lane) run(started chan<- error) {
 		// process's life) rather than be reused under the kernel's
 		// writes.
 		if !live {
-			_ = unix.Munmap(l.mem)
+			if unix.Munmap(l.mem) == nil {
+				mapped.Add(-1)
+			}
 		}
 	}()
 
@@ -337,6 +348,7 @@ func (l *lane) setup() (*uring, error) {
 		r.close()
 		return nil, fmt.Errorf("fuse ring queue %d: buffers: %w", l.qid, err)
 	}
+	mapped.Add(1)
 	l.payload = l.mem[:l.cfg.MaxPayload]
 	l.hdr = (*reqHeader)(unsafe.Pointer(&l.mem[payload]))
 	off := payload + roundUp(int(unsafe.Sizeof(reqHeader{})), 64)
