@@ -90,14 +90,17 @@ func mount(dir string, raw fuse.RawFileSystem, o Options, fsName string) (*Serve
 	}
 	s := &Server{srv: srv, dir: dir, done: make(chan struct{})}
 	served := make(chan struct{})
-	go func() {
-		srv.Serve()
-		close(served)
-	}()
+	var ps *fuse.ProtocolServer
 	if transport != TransportDev {
-		s.ring, err = startRing(fd, raw, opts, srv.KernelSettings(), o.Logf)
+		// The ring starts before anything reads /dev/fuse: what the
+		// kernel sends there meanwhile waits for the reader below.
+		ps, s.ring, err = startRing(fd, raw, opts, srv.KernelSettings(), o.Logf)
 		if err != nil && transport == TransportURing {
 			_ = unix.Unmount(dir, unix.MNT_DETACH)
+			go func() {
+				srv.Serve()
+				close(served)
+			}()
 			<-served
 			return nil, fmt.Errorf("mount %s: %w", dir, err)
 		}
@@ -106,6 +109,18 @@ func mount(dir string, raw fuse.RawFileSystem, o Options, fsName string) (*Serve
 			o.Logf("cairn: serving %s through /dev/fuse: %v", dir, err)
 		}
 	}
+	go func() {
+		if s.ring != nil {
+			// What still comes over /dev/fuse (FORGET, INTERRUPT) is
+			// served by the ring's request parser, which knows the
+			// requests in flight on the ring: an INTERRUPT finds them.
+			serveDev(fd, ps, opts.MaxWrite, o.Logf)
+		}
+		// go-fuse's loop; with the ring, it finds the connection gone
+		// and only closes the descriptor and tells the filesystem.
+		srv.Serve()
+		close(served)
+	}()
 	go func() {
 		<-served
 		if s.ring != nil {

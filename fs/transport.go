@@ -29,8 +29,10 @@ const (
 	// TransportDev serves by reading and writing /dev/fuse.
 	TransportDev Transport = "dev"
 
-	// TransportDefault is the transport of Options.Transport "".
-	TransportDefault = TransportDev
+	// TransportDefault is the transport of Options.Transport "": io_uring
+	// where the kernel offers it (it serves cairn's requests with less
+	// CPU each than /dev/fuse), else /dev/fuse.
+	TransportDefault = TransportAuto
 )
 
 // ParseTransport parses "auto", "uring" or "dev" ("" is TransportDefault).
@@ -151,8 +153,9 @@ func mountDev(dir string, o *fuse.MountOptions) (int, error) {
 }
 
 // startRing serves the connection of fd through io_uring, if the kernel
-// offered it at INIT (and was told yes).
-func startRing(fd int, raw fuse.RawFileSystem, opts *fuse.MountOptions, ks *fuse.InitIn, logf func(string, ...any)) (*fuseuring.Ring, error) {
+// offered it at INIT (and was told yes). It returns the request parser
+// that serves the ring, for serveDev.
+func startRing(fd int, raw fuse.RawFileSystem, opts *fuse.MountOptions, ks *fuse.InitIn, logf func(string, ...any)) (*fuse.ProtocolServer, *fuseuring.Ring, error) {
 	if ks.Flags64()&fuse.CAP_OVER_IO_URING == 0 {
 		reason := "the kernel did not offer it"
 		if b, err := os.ReadFile("/sys/module/fuse/parameters/enable_uring"); err == nil && len(b) > 0 && b[0] == 'N' {
@@ -160,22 +163,102 @@ func startRing(fd int, raw fuse.RawFileSystem, opts *fuse.MountOptions, ks *fuse
 		} else if os.IsNotExist(err) {
 			reason = "this kernel has none (Linux 6.14 and later with CONFIG_FUSE_IO_URING)"
 		}
-		return nil, fmt.Errorf("%w: FUSE over io_uring: %s", ErrTransport, reason)
+		return nil, nil, fmt.Errorf("%w: FUSE over io_uring: %s", ErrTransport, reason)
 	}
 	ps := fuse.NewProtocolServer(raw, opts)
 	if err := replayInit(ps, ks); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pages := (opts.MaxWrite-1)/os.Getpagesize() + 1
 	ring, err := fuseuring.Start(fd, ps, fuseuring.Config{MaxPayload: fuseuring.PayloadSize(opts.MaxWrite, pages), Logf: logf})
 	if errors.Is(err, fuseuring.ErrNotSupported) {
-		return nil, fmt.Errorf("%w: %w", ErrTransport, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrTransport, err)
 	}
-	return ring, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return ps, ring, nil
 }
 
-// opInit is FUSE_INIT.
-const opInit = 26
+// devReaders is the number of goroutines that read /dev/fuse while the
+// ring serves: it carries FORGET and INTERRUPT only.
+const devReaders = 2
+
+// serveDev serves what the kernel sends over /dev/fuse (fd) while the
+// ring serves the rest, with ps, until the connection ends.
+func serveDev(fd int, ps *fuse.ProtocolServer, maxWrite int, logf func(string, ...any)) {
+	var wg sync.WaitGroup
+	for range devReaders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := make([]byte, maxWrite+os.Getpagesize())
+			out := make([]byte, os.Getpagesize())
+			for {
+				n, err := unix.Read(fd, in)
+				switch err {
+				case nil:
+				case unix.EINTR, unix.ENOENT, unix.EAGAIN: // ENOENT: the request was aborted
+					continue
+				case unix.ENODEV: // unmounted, or aborted
+					return
+				default:
+					logf("cairn: read /dev/fuse: %v", err)
+					return
+				}
+				if n >= int(unsafe.Sizeof(fuse.InHeader{})) && binary.LittleEndian.Uint32(in[4:]) == opInterrupt {
+					interrupt(fd, ps, in[:n], out)
+					continue
+				}
+				if m, status := ps.HandleRequest([][]byte{in[:n]}, [][]byte{out}); status == fuse.OK && m > 0 {
+					_, _ = unix.Write(fd, out[:m])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// interrupt serves an INTERRUPT. The request it names may be on its way
+// to a ring lane that has not taken it in hand yet (the parser then does
+// not know it): it is tried again for a while before the kernel is told
+// EAGAIN (which, for a request the ring carries, it drops).
+func interrupt(fd int, ps *fuse.ProtocolServer, req, out []byte) {
+	if m, done := tryInterrupt(ps, req, out); done {
+		if m > 0 {
+			_, _ = unix.Write(fd, out[:m])
+		}
+		return
+	}
+	req = append([]byte(nil), req...)
+	go func() {
+		out := make([]byte, len(out))
+		m, done := 0, false
+		for delay := time.Millisecond; !done && delay < time.Second; delay *= 2 {
+			time.Sleep(delay)
+			m, done = tryInterrupt(ps, req, out)
+		}
+		if m > 0 {
+			_, _ = unix.Write(fd, out[:m])
+		}
+	}()
+}
+
+// tryInterrupt hands ps the INTERRUPT req; it returns the reply's length
+// (0: none) and whether the interrupt was delivered or is moot.
+func tryInterrupt(ps *fuse.ProtocolServer, req, out []byte) (int, bool) {
+	m, status := ps.HandleRequest([][]byte{req}, [][]byte{out})
+	if status != fuse.OK || m == 0 {
+		return 0, true // delivered (no reply), or unparsable
+	}
+	return m, int32(binary.LittleEndian.Uint32(out[4:])) != -int32(unix.EAGAIN)
+}
+
+// opInit and opInterrupt are FUSE_INIT and FUSE_INTERRUPT.
+const (
+	opInit      = 26
+	opInterrupt = 36
+)
 
 // replayInit gives ps the kernel's INIT request that the /dev/fuse server
 // answered, so that it parses requests as negotiated (struct sizes,

@@ -18,6 +18,7 @@ import (
 	"github.com/cairnfs/cairn/fs"
 	"github.com/cairnfs/cairn/journal"
 
+	"github.com/cairnfs/cairn/internal/fuseuring"
 	"github.com/cairnfs/cairn/internal/testenv"
 )
 
@@ -129,16 +130,20 @@ func TestTransport_URingData(t *testing.T) {
 	}
 }
 
-// Unmounting a mount served through io_uring leaves no descriptor (ring,
-// eventfd, /dev/fuse), goroutine or mount behind.
+// Unmounting a mount served through io_uring, its entries registered and
+// waiting for requests, leaves no descriptor (rings, eventfd, /dev/fuse),
+// mapped entry buffers, goroutine or mount behind.
 func TestTransport_URingCleanUp(t *testing.T) {
 	testenv.NeedFUSEURing(t)
 	j := openJournal(t)
-	fds0, g0 := openFDs(t), runtime.NumGoroutine()
+	fds0, g0, maps0 := openFDs(t), runtime.NumGoroutine(), fuseuring.BuffersMapped()
 	for range 3 {
 		dir, srv := mountServer(t, j, fs.Options{Transport: fs.TransportURing})
 		if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
+		}
+		if fuseuring.BuffersMapped() <= maps0 {
+			t.Errorf("no ring entry's buffers mapped while the mount serves")
 		}
 		if err := srv.Unmount(); err != nil {
 			t.Fatal(err)
@@ -150,6 +155,9 @@ func TestTransport_URingCleanUp(t *testing.T) {
 	}
 	if fds := openFDs(t); fds != fds0 {
 		t.Errorf("%d descriptors open, %d before: %s", fds, fds0, fdList(t))
+	}
+	if n := fuseuring.BuffersMapped(); n != maps0 {
+		t.Errorf("%d ring entries' buffers mapped after the unmounts, %d before", n, maps0)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > g0 && time.Now().Before(deadline) {

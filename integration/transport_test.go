@@ -52,8 +52,9 @@ func TestTransport_URing(t *testing.T) {
 	}
 }
 
-// Without FUSE over io_uring in the kernel (enable_uring N), auto mounts
-// through /dev/fuse and status says why; uring refuses with one line.
+// Without FUSE over io_uring in the kernel (enable_uring N), auto (the
+// default) mounts through /dev/fuse and status says why; uring refuses
+// with one line.
 func TestTransport_Fallback(t *testing.T) {
 	testenv.NoFUSEURing(t)
 	in := newInstance(t)
@@ -61,6 +62,11 @@ func TestTransport_Fallback(t *testing.T) {
 	ts := in.transport("auto")
 	if ts.Transport != "/dev/fuse" || ts.TransportQueues != 0 || !strings.Contains(ts.TransportFallback, "enable_uring is N") {
 		t.Errorf("status: %+v, want /dev/fuse saying enable_uring is N", ts)
+	}
+	// auto is the default.
+	in.mount("default")
+	if ts := in.transport("default"); ts.Transport != "/dev/fuse" || !strings.Contains(ts.TransportFallback, "enable_uring is N") {
+		t.Errorf("status of a mount without --fuse-transport: %+v, want auto's fallback to /dev/fuse", ts)
 	}
 	if out := in.must("status", "auto"); !strings.Contains(out, "auto: FUSE over /dev/fuse (") {
 		t.Errorf("status does not say /dev/fuse:\n%s", out)

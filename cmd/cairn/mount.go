@@ -71,24 +71,25 @@ the caller of the others in /proc: a process it cannot see there (in a pid
 namespace other than the daemon's or below it) is treated as nobody.
 --no-idmap turns this off (for a daemon in a container of its own).
 
---fuse-transport says how the kernel's requests reach the daemon: dev
-(read and write /dev/fuse, the default), uring (FUSE over io_uring: Linux
-6.14 and later with /sys/module/fuse/parameters/enable_uring Y; refused
-where unavailable) or auto (io_uring where available, else /dev/fuse).
+--fuse-transport says how the kernel's requests reach the daemon: auto
+(the default: FUSE over io_uring where the kernel offers it, else
+/dev/fuse), uring (FUSE over io_uring: Linux 6.14 and later with
+/sys/module/fuse/parameters/enable_uring Y; refused where unavailable) or
+dev (read and write /dev/fuse).
 ` + "`cairn status`" + ` says which one a mount uses.
 
 Examples:
    cairn mount agent-1 /workspace
    cairn mount --from agent-1@3 agent-1-retry /mnt/retry
    cairn mount --foreground agent-1 /workspace
-   cairn mount --fuse-transport=auto agent-1 /workspace`,
+   cairn mount --fuse-transport=dev agent-1 /workspace`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "from", Usage: "start a new workspace from snapshot `SNAP`"},
 			&cli.BoolFlag{Name: "foreground", Usage: "serve in the foreground until SIGTERM or unmount"},
 			&cli.BoolFlag{Name: "no-passthrough", Usage: "send all reads and writes through the daemon (no FUSE passthrough)"},
 			&cli.BoolFlag{Name: "no-idmap", Usage: "do not let sandboxes bind the mount id-mapped (the kernel then names every request's caller)"},
 			&cli.BoolFlag{Name: "force", Usage: "take over the workspace's lease if its holder let it expire"},
-			&cli.StringFlag{Name: "fuse-transport", Value: string(cfs.TransportDefault), Usage: "how FUSE requests reach the daemon: `auto`, uring (FUSE over io_uring) or dev (/dev/fuse)"},
+			&cli.StringFlag{Name: "fuse-transport", Value: string(cfs.TransportDefault), Usage: "how FUSE requests reach the daemon: `auto` (io_uring where available), uring (FUSE over io_uring) or dev (/dev/fuse)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 2 {

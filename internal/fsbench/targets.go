@@ -52,7 +52,7 @@ var targetDefs = []targetDef{
 		return startPassthroughHP(ctx, e, base, true)
 	}},
 	{"cairn", func(ctx context.Context, e *env, base string) (*target, error) {
-		return startCairn(ctx, e, base, "cairn")
+		return startCairn(ctx, e, base, "cairn", "--fuse-transport=dev")
 	}},
 	{"cairn+uring", func(ctx context.Context, e *env, base string) (*target, error) {
 		if e.uringNA != "" {

@@ -85,7 +85,7 @@ func TestABI_Layout(t *testing.T) {
 		{"FUSE_URING_IN_OUT_HEADER_SZ", inOutHeaderSize, 128},
 		{"FUSE_URING_OP_IN_OUT_SZ", opInSize, 128},
 		{"IORING_OP_URING_CMD", opURingCmd, 46},
-		{"IORING_OP_READ", opRead, 22},
+		{"IORING_OP_POLL_ADD", opPollAdd, 6},
 		{"IORING_SETUP_SQE128", setupSQE128, 1 << 10},
 		{"IORING_SETUP_SINGLE_ISSUER", setupSingleIssuer, 1 << 12},
 		{"IORING_SETUP_DEFER_TASKRUN", setupDeferTaskrun, 1 << 13},

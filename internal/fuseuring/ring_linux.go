@@ -32,7 +32,8 @@ type Config struct {
 	// which is what the kernel waits for before it sends requests through
 	// the ring (it picks the queue of the CPU a request is made on).
 	Queues int
-	// Entries is the number of requests each queue holds at once;
+	// Entries is the number of requests each queue holds at once (one
+	// lane, a goroutine with an io_uring of its own, per entry);
 	// default 4.
 	Entries int
 	// MaxPayload is the size of each entry's payload buffer, in bytes. It
@@ -50,11 +51,13 @@ func PayloadSize(maxWrite, maxPages int) int {
 	return max(8192, maxWrite, maxPages*os.Getpagesize())
 }
 
-// Ring serves a FUSE connection's requests through io_uring, a queue per
-// CPU, each served by a goroutine on a thread of its own.
+// Ring serves a FUSE connection's requests through io_uring: Entries
+// lanes per queue, each a goroutine with an io_uring and a ring entry of
+// its own.
 type Ring struct {
-	queues []*queue
-	served atomic.Uint64 // requests served through the ring
+	queues int
+	lanes  []*lane
+	stop   int // eventfd: readable once the lanes must stop
 	wg     sync.WaitGroup
 	done   chan struct{}
 }
@@ -88,47 +91,88 @@ func Start(devFd int, h Handler, cfg Config) (*Ring, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	r := &Ring{done: make(chan struct{})}
-	results := make(chan error, cfg.Queues)
-	for qid := 0; qid < cfg.Queues; qid++ {
-		q := &queue{qid: qid, devFd: devFd, h: h, cfg: cfg, stop: -1, served: &r.served}
-		r.queues = append(r.queues, q)
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			q.run(results)
-		}()
+	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("fuse ring: eventfd: %w", err)
 	}
+	r := &Ring{queues: cfg.Queues, stop: stop, done: make(chan struct{})}
+	results := make(chan error, cfg.Queues*cfg.Entries)
+	for qid := 0; qid < cfg.Queues; qid++ {
+		for range cfg.Entries {
+			l := &lane{qid: qid, devFd: devFd, stop: stop, h: h, cfg: &cfg}
+			r.lanes = append(r.lanes, l)
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				l.run(results)
+			}()
+		}
+	}
+	// A queue the kernel refused every entry of keeps the ring from
+	// being ready: then no lane serves, and Start fails.
+	refused := make([]int, cfg.Queues)
 	var errs []error
-	for range cfg.Queues {
+	for range r.lanes {
 		if err := <-results; err != nil {
 			errs = append(errs, err)
 		}
 	}
-	go func() { r.wg.Wait(); close(r.done) }()
-	if len(errs) > 0 {
-		r.stop()
+	for _, l := range r.lanes {
+		if !l.registered {
+			refused[l.qid]++
+		}
+	}
+	failed := false
+	for qid, n := range refused {
+		if n == cfg.Entries {
+			failed = true
+		} else if n > 0 {
+			cfg.Logf("cairn: fuse ring queue %d serves %d of %d entries: %v", qid, cfg.Entries-n, cfg.Entries, errors.Join(errs...))
+		}
+	}
+	go func() {
+		r.wg.Wait()
+		_ = unix.Close(r.stop)
+		close(r.done)
+	}()
+	if failed {
+		r.halt()
 		<-r.done
 		return nil, errs[0]
 	}
 	return r, nil
 }
 
-// Wait waits until every queue has stopped: the connection ended.
+// mapped counts the lanes' buffer mappings alive in the process.
+var mapped atomic.Int64
+
+// BuffersMapped is the number of ring entries whose buffers are mapped
+// in the process: those of the rings serving, and those of entries the
+// kernel may still hold (a lane stopped before its entry ended keeps its
+// buffers rather than have them reused under the kernel's writes).
+func BuffersMapped() int { return int(mapped.Load()) }
+
+// Wait waits until every lane has stopped: the connection ended.
 func (r *Ring) Wait() { <-r.done }
 
 // Requests is the number of requests served through the ring so far.
-func (r *Ring) Requests() uint64 { return r.served.Load() }
+func (r *Ring) Requests() uint64 {
+	var n uint64
+	for _, l := range r.lanes {
+		n += l.served.Load()
+	}
+	return n
+}
 
 // Queues is the number of queues the ring serves.
-func (r *Ring) Queues() int { return len(r.queues) }
+func (r *Ring) Queues() int { return r.queues }
 
-// stop makes every queue that is still running stop (a registration
-// failed): their entries are cancelled when their rings close.
-func (r *Ring) stop() {
-	for _, q := range r.queues {
-		q.wake()
-	}
+// halt makes every lane that still runs stop (a registration failed):
+// their entries are cancelled when their rings close.
+func (r *Ring) halt() {
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	_, _ = unix.Write(r.stop, one[:])
 }
 
 // possibleCPUs counts /sys/devices/system/cpu/possible ("0-3,8-11").
@@ -158,111 +202,121 @@ func possibleCPUs() (int, error) {
 	return n, nil
 }
 
-// wakeTag is the user_data of a queue's read of its wake eventfd.
-const wakeTag = ^uint64(0)
+// The user_data of a lane's two kinds of completion.
+const (
+	entryTag = 0
+	stopTag  = 1
+)
 
-// queue is one ring queue: its io_uring, and its entries' buffers in one
-// anonymous mapping (outside Go's heap: the kernel writes requests into
-// them whenever it has one).
-type queue struct {
+// lane is one ring entry with the io_uring that carries it, served by one
+// goroutine: it waits for a request, handles it inline, and commits the
+// reply and waits for the next request in one io_uring_enter. The
+// goroutine is not locked to a thread: a handler that blocks parks it like
+// any other, and since each commit is submitted by the thread that then
+// waits in the same system call, the kernel's task work (which copies the
+// next request into the buffers) runs on the thread that waits for it.
+type lane struct {
 	qid    int
 	devFd  int
+	stop   int
 	h      Handler
-	cfg    Config
-	served *atomic.Uint64
+	cfg    *Config
+	served atomic.Uint64
 
-	mu       sync.Mutex
-	stop     int // the wake eventfd; -1 before run made it and after it closed it
-	stopping atomic.Bool
-	sleeping atomic.Bool // the thread waits in io_uring_enter: wake it for a commit
-
-	cmu     sync.Mutex
-	commits []commit // replies ready, for the thread to commit
+	registered bool // the kernel took the entry (set before run reports)
 
 	mem     []byte
-	entries []entry
-	iovs    []unix.Iovec // two per entry (header, payload), in mem
-	wakeBuf []byte       // 8 bytes in mem
-}
-
-// entry is one ring entry: the offsets of its header and payload in mem.
-type entry struct {
 	hdr     *reqHeader
 	payload []byte
-	live    bool // registered, and not ended by the kernel
+	iov     []unix.Iovec // header and payload, in mem
+	in      [3][]byte    // the request's slices for the handler
+	out     [2][]byte    // the reply's
 }
 
-func (q *queue) wake() {
-	q.stopping.Store(true)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.stop >= 0 {
-		var one [8]byte
-		binary.NativeEndian.PutUint64(one[:], 1)
-		_, _ = unix.Write(q.stop, one[:])
-	}
-}
-
-// run sets up and registers the queue, reports the outcome on started,
-// then serves until every entry ended.
-func (q *queue) run(started chan<- error) {
-	// The kernel copies requests into the buffers from the task that
-	// submitted the entry (task work), and with SINGLE_ISSUER only that
-	// thread may submit: the queue keeps its thread.
+// run sets up and registers the lane, reports the outcome on started,
+// then serves until its entry ended or the ring is halted.
+func (l *lane) run(started chan<- error) {
+	// The registration is submitted and waited for on one thread, so
+	// the task work of the first request runs where the lane waits.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	locked := true
+	defer func() {
+		if locked {
+			runtime.UnlockOSThread()
+		}
+	}()
 
-	r, err := q.setup()
+	r, err := l.setup()
 	if err != nil {
 		started <- err
 		return
 	}
-	keepBuffers := false
+	live := false
 	defer func() {
-		q.mu.Lock()
-		_ = unix.Close(q.stop)
-		q.stop = -1
-		q.mu.Unlock()
 		r.close()
-		// Entries the kernel did not end (a queue stopped by wake)
-		// still point into mem: it stays mapped (for the process's
-		// life) rather than be reused under the kernel's writes.
-		if !keepBuffers {
-			_ = unix.Munmap(q.mem)
+		// An entry the kernel did not end (a lane stopped by halt)
+		// may still point into mem: it stays mapped (for the
+		// process's life) rather than be reused under the kernel's
+		// writes.
+		if !live {
+			if unix.Munmap(l.mem) == nil {
+				mapped.Add(-1)
+			}
 		}
 	}()
 
-	// Register every entry, and the read of the wake eventfd.
-	for i := range q.entries {
-		q.submitRegister(r, i)
-	}
-	q.submitWakeRead(r)
+	l.submitRegister(r)
+	l.submitStopPoll(r)
 	if err := r.enter(0); err != nil {
-		started <- fmt.Errorf("fuse ring queue %d: %w", q.qid, err)
+		started <- fmt.Errorf("fuse ring queue %d: %w", l.qid, err)
 		return
 	}
 	// A refused registration completes at once; an accepted one only
 	// when a request arrives.
 	var regErr error
+	live = true
 	r.reap(func(c cqe) {
-		if c.UserData != wakeTag && c.Res < 0 {
-			q.entries[c.UserData].live = false
-			regErr = registerError(unix.Errno(-c.Res))
+		if c.UserData == entryTag && c.Res < 0 {
+			live = false
+			regErr = fmt.Errorf("fuse ring queue %d: %w", l.qid, registerError(unix.Errno(-c.Res)))
 		}
 	})
-	if regErr != nil && q.liveEntries() == 0 {
-		// The ring is not ready without this queue, so the kernel gave
-		// no request to the other queues: Start stops them.
-		started <- fmt.Errorf("fuse ring queue %d: %w", q.qid, regErr)
+	l.registered = live
+	started <- regErr
+	if !live {
 		return
 	}
-	if regErr != nil {
-		// Once every queue has an entry the ring may be ready: this
-		// queue must serve with the entries it has.
-		q.cfg.Logf("cairn: fuse ring queue %d serves %d of %d entries: %v", q.qid, q.liveEntries(), len(q.entries), regErr)
+
+	for live {
+		if err := r.enter(1); err != nil {
+			l.cfg.Logf("cairn: fuse ring queue %d: %v; its requests wait for the unmount", l.qid, err)
+			return
+		}
+		stopped := false
+		r.reap(func(c cqe) {
+			if c.UserData == stopTag {
+				stopped = true
+				return
+			}
+			if c.Res < 0 {
+				errno := unix.Errno(-c.Res)
+				if errno != unix.ENOTCONN && errno != unix.ECONNABORTED && errno != unix.ECANCELED {
+					l.cfg.Logf("cairn: fuse ring queue %d: entry ended: %v", l.qid, errno)
+				}
+				live = false
+				return
+			}
+			if locked {
+				runtime.UnlockOSThread()
+				locked = false
+			}
+			l.submitCommit(r, l.handle())
+			l.served.Add(1)
+		})
+		if stopped {
+			return
+		}
 	}
-	started <- nil
-	keepBuffers = q.serve(r)
 }
 
 func registerError(errno unix.Errno) error {
@@ -275,239 +329,90 @@ func registerError(errno unix.Errno) error {
 	return fmt.Errorf("register ring entry: %w", errno)
 }
 
-// setup makes the queue's io_uring, wake eventfd and buffers.
-func (q *queue) setup() (*uring, error) {
-	sqSize := uint32(q.cfg.Entries + 1)
-	r, err := newURing(sqSize, setupSingleIssuer|setupDeferTaskrun)
-	if errors.Is(err, unix.EINVAL) {
-		r, err = newURing(sqSize, 0)
-	}
+// setup makes the lane's io_uring and buffers.
+func (l *lane) setup() (*uring, error) {
+	r, err := newURing(2, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
 		}
-		return nil, fmt.Errorf("fuse ring queue %d: %w", q.qid, err)
+		return nil, fmt.Errorf("fuse ring queue %d: %w", l.qid, err)
 	}
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		r.close()
-		return nil, fmt.Errorf("fuse ring queue %d: eventfd: %w", q.qid, err)
-	}
-	q.mu.Lock()
-	q.stop = efd
-	q.mu.Unlock()
-
 	page := os.Getpagesize()
-	hdrSize := roundUp(int(unsafe.Sizeof(reqHeader{})), 64)
-	payload := roundUp(q.cfg.MaxPayload, page)
-	// Per entry: its payload (page aligned), then all headers, the two
-	// iovecs of each entry, and the wake buffer.
+	payload := roundUp(l.cfg.MaxPayload, page)
+	// The payload (page aligned), then the header and the two iovecs.
 	iovSize := int(unsafe.Sizeof(unix.Iovec{})) * 2
-	n := q.cfg.Entries
-	size := n*payload + roundUp(n*(hdrSize+iovSize)+8, page)
-	q.mem, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	size := payload + roundUp(roundUp(int(unsafe.Sizeof(reqHeader{})), 64)+iovSize, page)
+	l.mem, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		q.mu.Lock()
-		_ = unix.Close(efd)
-		q.stop = -1
-		q.mu.Unlock()
 		r.close()
-		return nil, fmt.Errorf("fuse ring queue %d: buffers: %w", q.qid, err)
+		return nil, fmt.Errorf("fuse ring queue %d: buffers: %w", l.qid, err)
 	}
-	off := n * payload
-	q.entries = make([]entry, n)
-	for i := range q.entries {
-		e := &q.entries[i]
-		e.payload = q.mem[i*payload : i*payload+q.cfg.MaxPayload]
-		e.hdr = (*reqHeader)(unsafe.Pointer(&q.mem[off]))
-		off += hdrSize
-	}
-	q.iovs = unsafe.Slice((*unix.Iovec)(unsafe.Pointer(&q.mem[off])), 2*n)
-	off += iovSize * n
-	q.wakeBuf = q.mem[off : off+8]
+	mapped.Add(1)
+	l.payload = l.mem[:l.cfg.MaxPayload]
+	l.hdr = (*reqHeader)(unsafe.Pointer(&l.mem[payload]))
+	off := payload + roundUp(int(unsafe.Sizeof(reqHeader{})), 64)
+	l.iov = unsafe.Slice((*unix.Iovec)(unsafe.Pointer(&l.mem[off])), 2)
 	return r, nil
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
-// submitRegister queues the REGISTER of entry i.
-func (q *queue) submitRegister(r *uring, i int) {
-	e := &q.entries[i]
-	iov := q.iovs[2*i : 2*i+2]
-	iov[0].Base = (*byte)(unsafe.Pointer(e.hdr))
-	iov[0].SetLen(int(unsafe.Sizeof(reqHeader{})))
-	iov[1].Base = &e.payload[0]
-	iov[1].SetLen(len(e.payload))
+// submitRegister queues the REGISTER of the lane's entry.
+func (l *lane) submitRegister(r *uring) {
+	l.iov[0].Base = (*byte)(unsafe.Pointer(l.hdr))
+	l.iov[0].SetLen(int(unsafe.Sizeof(reqHeader{})))
+	l.iov[1].Base = &l.payload[0]
+	l.iov[1].SetLen(len(l.payload))
 	s := r.next()
 	s.Opcode = opURingCmd
-	s.Fd = int32(q.devFd)
+	s.Fd = int32(l.devFd)
 	s.Off = cmdRegister
-	s.Addr = uint64(uintptr(unsafe.Pointer(&iov[0])))
+	s.Addr = uint64(uintptr(unsafe.Pointer(&l.iov[0])))
 	s.Len = 2
-	s.UserData = uint64(i)
+	s.UserData = entryTag
 	c := (*cmdReq)(unsafe.Pointer(&s.Cmd[0]))
-	c.QID = uint16(q.qid)
-	e.live = true
+	c.QID = uint16(l.qid)
 }
 
-// submitCommit queues the COMMIT_AND_FETCH of entry i's reply.
-func (q *queue) submitCommit(r *uring, i int, commitID uint64) {
+// submitCommit queues the COMMIT_AND_FETCH of the entry's reply.
+func (l *lane) submitCommit(r *uring, commitID uint64) {
 	s := r.next()
 	s.Opcode = opURingCmd
-	s.Fd = int32(q.devFd)
+	s.Fd = int32(l.devFd)
 	s.Off = cmdCommitAndFetch
-	s.UserData = uint64(i)
+	s.UserData = entryTag
 	c := (*cmdReq)(unsafe.Pointer(&s.Cmd[0]))
 	c.CommitID = commitID
-	c.QID = uint16(q.qid)
+	c.QID = uint16(l.qid)
 }
 
-func (q *queue) liveEntries() int {
-	n := 0
-	for _, e := range q.entries {
-		if e.live {
-			n++
-		}
-	}
-	return n
-}
-
-// serve answers requests until every entry has ended (the connection
-// ended: the kernel ends each entry with ENOTCONN or ECONNABORTED) or the
-// queue is woken to stop. It reports whether entries may still be
-// registered (stopped by wake).
-//
-// The queue's thread only submits and reaps: each request is served by
-// the entry's worker goroutine, which hands its commit back and wakes the
-// thread (the wake eventfd) if it sleeps. A handler that blocks (on a
-// lock, on Badger's commit goroutine) then parks an ordinary goroutine,
-// not a locked thread: parking one costs two thread handoffs per block.
-func (q *queue) serve(r *uring) (stillRegistered bool) {
-	work := make([]chan struct{}, len(q.entries))
-	var wg sync.WaitGroup
-	for i := range q.entries {
-		work[i] = make(chan struct{}, 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range work[i] {
-				q.post(i, q.handle(&q.entries[i]))
-			}
-		}()
-	}
-	defer func() {
-		for _, w := range work {
-			close(w)
-		}
-		wg.Wait()
-	}()
-
-	live := q.liveEntries()
-	stopped := false
-	var commits []commit
-	for live > 0 && !stopped {
-		commits = q.takeCommits(commits[:0])
-		for _, c := range commits {
-			q.submitCommit(r, c.entry, c.id)
-		}
-		q.served.Add(uint64(len(commits)))
-		// Sleep only with no reply left behind: a worker that posts
-		// after this sees sleeping and wakes the thread.
-		q.sleeping.Store(true)
-		if q.hasCommits() {
-			q.sleeping.Store(false)
-			continue
-		}
-		err := r.enter(1)
-		q.sleeping.Store(false)
-		if err != nil {
-			q.cfg.Logf("cairn: fuse ring queue %d: %v; its requests wait for the unmount", q.qid, err)
-			return true
-		}
-		r.reap(func(c cqe) {
-			if c.UserData == wakeTag {
-				if q.stopping.Load() {
-					stopped = true
-					return
-				}
-				q.submitWakeRead(r)
-				return
-			}
-			i := int(c.UserData)
-			if c.Res < 0 {
-				errno := unix.Errno(-c.Res)
-				if errno != unix.ENOTCONN && errno != unix.ECONNABORTED && errno != unix.ECANCELED {
-					q.cfg.Logf("cairn: fuse ring queue %d: entry %d ended: %v", q.qid, i, errno)
-				}
-				q.entries[i].live = false
-				live--
-				return
-			}
-			work[i] <- struct{}{}
-		})
-	}
-	return live > 0
-}
-
-// commit is a reply ready in an entry, to be committed by the queue.
-type commit struct {
-	entry int
-	id    uint64
-}
-
-// post hands the commit of entry i to the queue's thread, and wakes it if
-// it sleeps.
-func (q *queue) post(i int, id uint64) {
-	q.cmu.Lock()
-	q.commits = append(q.commits, commit{i, id})
-	q.cmu.Unlock()
-	if q.sleeping.CompareAndSwap(true, false) {
-		var one [8]byte
-		binary.NativeEndian.PutUint64(one[:], 1)
-		_, _ = unix.Write(q.stop, one[:])
-	}
-}
-
-func (q *queue) takeCommits(dst []commit) []commit {
-	q.cmu.Lock()
-	dst = append(dst, q.commits...)
-	q.commits = q.commits[:0]
-	q.cmu.Unlock()
-	return dst
-}
-
-func (q *queue) hasCommits() bool {
-	q.cmu.Lock()
-	defer q.cmu.Unlock()
-	return len(q.commits) > 0
-}
-
-// submitWakeRead queues the read of the wake eventfd.
-func (q *queue) submitWakeRead(r *uring) {
+// submitStopPoll queues a poll of the ring's stop eventfd (one-shot; it
+// is never read, so every lane's poll completes).
+func (l *lane) submitStopPoll(r *uring) {
 	s := r.next()
-	s.Opcode = opRead
-	s.Fd = int32(q.stop)
-	s.Addr = uint64(uintptr(unsafe.Pointer(&q.wakeBuf[0])))
-	s.Len = 8
-	s.UserData = wakeTag
+	s.Opcode = opPollAdd
+	s.Fd = int32(l.stop)
+	s.OpFlags = unix.POLLIN
+	s.UserData = stopTag
 }
 
-// handle serves the request in e and writes its reply there; it returns
-// the request's commit id.
-func (q *queue) handle(e *entry) uint64 {
-	h := e.hdr
+// handle serves the request in the lane's entry and writes its reply
+// there; it returns the request's commit id.
+func (l *lane) handle() uint64 {
+	h := l.hdr
 	commitID := h.EntInOut.CommitID
 	inLen := int(binary.LittleEndian.Uint32(h.InOut[0:4]))
 	unique := binary.LittleEndian.Uint64(h.InOut[8:16])
 	payloadSz := int(h.EntInOut.PayloadSz)
 	opLen := inLen - inHeaderSize - payloadSz
 	n, status := 0, fuse.EIO
-	if opLen >= 0 && opLen <= opInSize && payloadSz <= len(e.payload) {
-		in := [][]byte{h.InOut[:inHeaderSize], h.OpIn[:opLen], e.payload[:payloadSz]}
-		out := [][]byte{h.InOut[:outHeaderSize], e.payload}
-		n, status = q.h.HandleRequest(in, out)
+	if opLen >= 0 && opLen <= opInSize && payloadSz <= len(l.payload) {
+		l.in = [3][]byte{h.InOut[:inHeaderSize], h.OpIn[:opLen], l.payload[:payloadSz]}
+		l.out = [2][]byte{h.InOut[:outHeaderSize], l.payload}
+		n, status = l.h.HandleRequest(l.in[:], l.out[:])
 	} else {
-		q.cfg.Logf("cairn: fuse ring queue %d: malformed request (length %d, payload %d)", q.qid, inLen, payloadSz)
+		l.cfg.Logf("cairn: fuse ring queue %d: malformed request (length %d, payload %d)", l.qid, inLen, payloadSz)
 	}
 	switch {
 	case status != fuse.OK || (n > 0 && n < outHeaderSize):
@@ -516,9 +421,9 @@ func (q *queue) handle(e *entry) uint64 {
 		putOutHeader(h, -int32(unix.EIO), unique)
 		h.EntInOut.PayloadSz = 0
 	case n == 0:
-		// No reply (NOTIFY_REPLY): the commit still ends the request and
-		// gives the entry back.
-		putOutHeader(h, 0, unique)
+		// No reply (an interrupted request the server drops): the
+		// commit still ends the request and gives the entry back.
+		putOutHeader(h, -int32(unix.EINTR), unique)
 		h.EntInOut.PayloadSz = 0
 	default:
 		h.EntInOut.PayloadSz = uint32(n - outHeaderSize)

@@ -24,6 +24,9 @@ func PayloadSize(maxWrite, maxPages int) int { return max(8192, maxWrite, maxPag
 // Start returns ErrNotSupported outside Linux.
 func Start(devFd int, h Handler, cfg Config) (*Ring, error) { return nil, ErrNotSupported }
 
+// BuffersMapped is 0.
+func BuffersMapped() int { return 0 }
+
 // Wait returns at once.
 func (r *Ring) Wait() {}
 

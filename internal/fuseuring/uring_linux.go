@@ -26,7 +26,7 @@ const (
 	enterGetEvents = 1 << 0 // IORING_ENTER_GETEVENTS
 
 	opNop      = 0  // IORING_OP_NOP
-	opRead     = 22 // IORING_OP_READ
+	opPollAdd  = 6  // IORING_OP_POLL_ADD
 	opURingCmd = 46 // IORING_OP_URING_CMD
 
 	sqeSize = 128 // with setupSQE128
