@@ -395,6 +395,13 @@ func (j *Journal) pendingWrite(ino Ino) (*writerChange, error) {
 func (j *Journal) statWriter(ino Ino, ws *writerState, f *os.File) (*writerChange, error) {
 	var fi os.FileInfo
 	var err error
+	if f == nil {
+		// The journal's own descriptor of the staging file, if it has
+		// one: fstat(2) costs no path walk.
+		if of, ok := j.files[ino].(osFile); ok {
+			f = of.File
+		}
+	}
 	if f != nil {
 		fi, err = f.Stat()
 	} else {
