@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -274,6 +275,17 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if path := os.Getenv("CAIRN_TRACE"); path != "" { // for developers: the daemon's execution trace
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	if path := os.Getenv("CAIRN_MEMPROFILE"); path != "" { // for developers: the heap at unmount
 		defer func() {
