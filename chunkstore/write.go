@@ -199,8 +199,10 @@ func (s *Store) sealLocked(p *openPack) {
 	}
 }
 
-// uploader writes queued packs until the queue is empty.
+// uploader writes queued packs until the queue is empty, on a thread of
+// its own at the background priority (background.go).
 func (s *Store) uploader() {
+	defer lowerPriority()()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.queue) > 0 {
