@@ -49,7 +49,6 @@ var chunkBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 func (s *Store) worker() {
 	defer s.workerWG.Done()
-	defer lowerPriority()() // background work (background.go)
 	for j := range s.jobs {
 		data := *j.buf
 		id := s.hasher.Sum(data)

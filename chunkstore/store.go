@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -21,8 +22,7 @@ type Options struct {
 	// from the backend at every Open). Ignored for local backends.
 	CacheDir string
 	// Workers is the number of goroutines that hash and compress chunks of
-	// one large file in parallel, each on an OS thread of its own at the
-	// background priority (background.go). Default: DefaultWorkers.
+	// one large file in parallel. Default: GOMAXPROCS.
 	Workers int
 	// Uploads is the number of packs written to the backend at once, and so
 	// (plus one) the number of full packs held in memory. Default: 2.
@@ -212,7 +212,7 @@ func Open(ctx context.Context, be backend.Backend, opts Options) (*Store, error)
 		return nil, fmt.Errorf("%w: store config: %v", ErrCorrupt, err)
 	}
 	if opts.Workers <= 0 {
-		opts.Workers = DefaultWorkers()
+		opts.Workers = runtime.GOMAXPROCS(0)
 	}
 	if opts.Uploads <= 0 {
 		opts.Uploads = 2

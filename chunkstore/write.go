@@ -199,10 +199,8 @@ func (s *Store) sealLocked(p *openPack) {
 	}
 }
 
-// uploader writes queued packs until the queue is empty, on a thread of
-// its own at the background priority (background.go).
+// uploader writes queued packs until the queue is empty.
 func (s *Store) uploader() {
-	defer lowerPriority()()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.queue) > 0 {

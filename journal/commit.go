@@ -337,14 +337,7 @@ func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions, cut *
 		rootXattrs, err = c.xattrs(RootIno)
 	}
 	if err == nil {
-		walk := func() { rootTree, err = c.dir(root, "") }
-		if cut.locked {
-			walk()
-		} else {
-			// Reading and chunking the changed files is background work:
-			// the mount's requests come first (chunkstore.RunBackground).
-			chunkstore.RunBackground(walk)
-		}
+		rootTree, err = c.dir(root, "")
 	}
 	c.walked() // and what operations read for it is in c.files too
 	if err == nil {

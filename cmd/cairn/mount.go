@@ -9,8 +9,6 @@ import (
 	"log"
 	"os"
 	"os/exec"
-	"runtime"
-	"runtime/metrics"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -22,7 +20,6 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/cairnfs/cairn/chunkstore"
 	"github.com/cairnfs/cairn/daemon"
 	cfs "github.com/cairnfs/cairn/fs"
 )
@@ -290,21 +287,14 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 		}
 		defer trace.Stop()
 	}
-	if path := os.Getenv("CAIRN_MEMPROFILE"); path != "" { // for developers: the heap at unmount, and at its peak
-		stop := watchHeapPeak(path + ".peak")
+	if path := os.Getenv("CAIRN_MEMPROFILE"); path != "" { // for developers: the heap at unmount
 		defer func() {
-			stop()
 			if f, err := os.Create(path); err == nil {
 				pprof.Lookup("heap").WriteTo(f, 0)
 				f.Close()
 			}
 		}()
 	}
-	// The store's background threads (chunk workers and uploaders, a
-	// snapshot's walk) run at a lower priority but hold Go processors
-	// while they run: the requests get processors of their own.
-	procs := runtime.GOMAXPROCS(0)
-	runtime.GOMAXPROCS(procs + chunkstore.BackgroundThreads(chunkstore.DefaultWorkers()))
 	host, _ := os.Hostname()
 	ttl, err := leaseTTL()
 	if err != nil {
@@ -317,34 +307,3 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 }
 
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
-
-// watchHeapPeak writes a heap profile to path whenever the heap grows 10%
-// past its largest size so far (checked every 100 ms), until stopped: the
-// profile of the heap near its peak, for developers (CAIRN_MEMPROFILE).
-func watchHeapPeak(path string) (stop func()) {
-	done := make(chan struct{})
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		var peak uint64
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			metrics.Read(sample)
-			if v := sample[0].Value.Uint64(); v > peak+peak/10 {
-				peak = v
-				if f, err := os.Create(path); err == nil {
-					pprof.Lookup("heap").WriteTo(f, 0)
-					f.Close()
-				}
-			}
-		}
-	}()
-	return func() { close(done); <-ended }
-}
