@@ -25,23 +25,68 @@ func procHWM(pid int) (uint64, error) {
 }
 
 // parseHWM finds VmHWM in the text of /proc/PID/status.
-func parseHWM(status []byte) (uint64, error) {
+func parseHWM(status []byte) (uint64, error) { return parseStatusKB(status, "VmHWM:") }
+
+// parseStatusKB finds field (with its colon) in the text of
+// /proc/PID/status and returns its value in bytes.
+func parseStatusKB(status []byte, field string) (uint64, error) {
 	for _, line := range strings.Split(string(status), "\n") {
-		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		rest, ok := strings.CutPrefix(line, field)
 		if !ok {
 			continue
 		}
 		f := strings.Fields(rest)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("VmHWM: unexpected %q", line)
+			return 0, fmt.Errorf("%s unexpected %q", field, line)
 		}
 		kb, err := strconv.ParseUint(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("VmHWM: %w", err)
+			return 0, fmt.Errorf("%s %w", field, err)
 		}
 		return kb << 10, nil
 	}
-	return 0, fmt.Errorf("no VmHWM in the status")
+	return 0, fmt.Errorf("no %s in the status", field)
+}
+
+// rssSampler samples process pid's anonymous and file-backed resident
+// memory (RssAnon, RssFile) every 50 ms until stopped, and keeps the
+// peak of each: which kind the peak RSS is.
+type rssSampler struct {
+	stop      chan struct{}
+	done      chan struct{}
+	anon, fil uint64
+}
+
+func sampleRSS(pid int) *rssSampler {
+	r := &rssSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+				if v, err := parseStatusKB(b, "RssAnon:"); err == nil {
+					r.anon = max(r.anon, v)
+				}
+				if v, err := parseStatusKB(b, "RssFile:"); err == nil {
+					r.fil = max(r.fil, v)
+				}
+			}
+			select {
+			case <-r.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return r
+}
+
+// end stops the sampler and describes the peaks.
+func (r *rssSampler) end() string {
+	close(r.stop)
+	<-r.done
+	return fmt.Sprintf("anonymous %d MiB, file-backed %d MiB", r.anon>>20, r.fil>>20)
 }
 
 // resetHWM sets process pid's peak RSS back to its current RSS (proc(5),
@@ -72,6 +117,7 @@ func memoryLoad(mnt string, pid int, nFiles int, bigBytes int64, cairn func(...s
 	}
 	const writers = 8
 	errs := make([]error, writers)
+	sampler := sampleRSS(pid)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range writers {
@@ -93,6 +139,7 @@ func memoryLoad(mnt string, pid int, nFiles int, bigBytes int64, cairn func(...s
 		return 0, 0, err
 	}
 	write = float64(hwm) / (1 << 20)
+	writePeaks := sampler.end()
 	syscall.Sync()
 	if err := resetHWM(pid); err != nil {
 		return 0, 0, err
@@ -113,10 +160,12 @@ func memoryLoad(mnt string, pid int, nFiles int, bigBytes int64, cairn func(...s
 		}()
 	}
 	start = time.Now()
+	sampler = sampleRSS(pid)
 	_, err = cairn("snapshot", "bench")
 	took := time.Since(start)
 	stop.Store(true)
 	wg.Wait()
+	snapPeaks := sampler.end()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -129,8 +178,8 @@ func memoryLoad(mnt string, pid int, nFiles int, bigBytes int64, cairn func(...s
 		return 0, 0, err
 	}
 	snap = float64(hwm) / (1 << 20)
-	fmt.Fprintf(os.Stderr, "  8 writers, %d files and %d MiB: %v, daemon peak RSS %.0f MiB; snapshot with the writers rewriting: %v, peak RSS %.0f MiB\n",
-		nFiles, bigBytes>>20, wrote.Round(time.Millisecond), write, took.Round(time.Millisecond), snap)
+	fmt.Fprintf(os.Stderr, "  8 writers, %d files and %d MiB: %v, daemon peak RSS %.0f MiB (sampled peaks: %s)\n  snapshot with the writers rewriting: %v, peak RSS %.0f MiB (%s)\n",
+		nFiles, bigBytes>>20, wrote.Round(time.Millisecond), write, writePeaks, took.Round(time.Millisecond), snap, snapPeaks)
 	return write, snap, os.RemoveAll(dir)
 }
 
