@@ -3,9 +3,9 @@ package journal_test
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"testing"
