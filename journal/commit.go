@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cairnfs/cairn/journal/internal/metalog"
@@ -81,14 +82,33 @@ type committer struct {
 	j       *Journal
 	ctx     context.Context
 	txn     *metalog.Txn
-	cut     *cutState             // nil: LiveTree, under the lock
-	epoch   uint32                // of the records read
-	dirty   map[Ino]struct{}      // what changed since the base
-	files   map[Ino]committedFile // dirty files ingested in this commit (hardlinks: once)
-	updates []*inode              // records to save after the ref moved
+	cut     *cutState        // nil: LiveTree, under the lock
+	epoch   uint32           // of the records read
+	dirty   map[Ino]struct{} // what changed since the base
 	changes []chunkstore.Change
 	stats   chunkstore.SnapshotStats
 	counted map[uint64]bool // inodes counted in ChangedFiles (hardlinks: once)
+
+	// Operations store frozen files too (thaw, on their goroutines):
+	mu      sync.Mutex
+	files   map[Ino]committedFile // dirty files ingested in this commit (hardlinks: once)
+	updates []*inode              // records to save after the ref moved
+	err     error                 // why an operation's read of a frozen file failed
+}
+
+// fail records why the snapshot cannot be: its first error.
+func (c *committer) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+}
+
+func (c *committer) update(up *inode) {
+	c.mu.Lock()
+	c.updates = append(c.updates, up)
+	c.mu.Unlock()
 }
 
 func (j *Journal) newCommitter(ctx context.Context, cut *cutState) *committer {
@@ -304,6 +324,11 @@ func (j *Journal) committedRecord(txn *metalog.Txn, up *inode) (*inode, bool, er
 func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions, cut *cutState) (*chunkstore.Snapshot, *committer, error) {
 	before := j.store.Stats()
 	c := j.newCommitter(ctx, cut)
+	if !cut.locked {
+		j.mu.Lock()
+		cut.com = c // operations may read frozen files for it now (thaw)
+		j.mu.Unlock()
+	}
 	defer c.walked()
 	var rootTree chunkstore.ID
 	root, err := c.inode(RootIno)
@@ -314,8 +339,11 @@ func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions, cut *
 	if err == nil {
 		rootTree, err = c.dir(root, "")
 	}
+	c.walked() // and what operations read for it is in c.files too
 	if err == nil {
-		err = c.serveUrgent()
+		c.mu.Lock()
+		err = c.err
+		c.mu.Unlock()
 	}
 	if err == nil && !cut.locked {
 		// Packs and index out and synced now, not under the lock
@@ -467,9 +495,6 @@ func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
 	tree := &chunkstore.Tree{Entries: make([]chunkstore.Entry, 0, len(dents))}
 	pi := 0
 	for _, d := range dents {
-		if err := c.serveUrgent(); err != nil {
-			return chunkstore.ID{}, err
-		}
 		for pi < len(prev.Entries) && prev.Entries[pi].Name < d.name {
 			pi++
 		}
@@ -495,7 +520,7 @@ func (c *committer) dir(n *inode, path string) (chunkstore.ID, error) {
 	if id != n.Tree {
 		up := *n
 		up.Tree = id
-		c.updates = append(c.updates, &up)
+		c.update(&up)
 	}
 	return id, nil
 }
@@ -533,22 +558,46 @@ func (c *committer) entry(cn *inode, name, path string) (chunkstore.Entry, error
 
 // fileContent returns a regular file's content for its tree entry: inline
 // bytes for tiny files, chunks otherwise. A dirty staged file is read from
-// its staging file and stored; any other file keeps its committed content.
+// its staging file and stored (store), unless an operation did that for
+// the snapshot already (thaw); any other file keeps its committed content.
 func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error) {
-	j := c.j
-	if cf, ok := c.files[n.Ino]; ok {
-		return cf.fc, cf.inline, nil
-	}
 	if !n.Staged || !c.isDirty(n.Ino) {
 		return n.content(), n.Inline, nil
 	}
+	if c.claim(n.Ino) {
+		defer c.read(n.Ino)
+		c.mu.Lock()
+		cf, ok := c.files[n.Ino]
+		c.mu.Unlock()
+		if ok { // a hardlink seen before, under a locked cut
+			return cf.fc, cf.inline, nil
+		}
+		return c.store(n)
+	}
+	c.mu.Lock()
+	cf, ok := c.files[n.Ino]
+	err := c.err
+	c.mu.Unlock()
+	switch {
+	case ok:
+		return cf.fc, cf.inline, nil
+	case err != nil:
+		return chunkstore.FileContent{}, nil, err
+	}
+	return chunkstore.FileContent{}, nil, fmt.Errorf("%w: inode %d was read for the snapshot, but its content is not on record", ErrIO, n.Ino)
+}
+
+// store reads dirty staged file n from its staging file and stores it. It
+// runs without the journal's lock, on the walk's goroutine or an
+// operation's (thaw), once per file.
+func (c *committer) store(n *inode) (chunkstore.FileContent, []byte, error) {
+	j := c.j
 	// Its own descriptor: the journal's (stagingFile) are the operations'.
 	f, err := j.cfg.FS.OpenFile(j.stagingPath(n.Ino), os.O_RDONLY, 0)
 	if err != nil {
 		return chunkstore.FileContent{}, nil, j.dataErr("open staging file", n.Ino, err)
 	}
 	defer f.Close()
-	defer c.read(n.Ino)
 	up := *n
 	var fc chunkstore.FileContent
 	if n.Size <= chunkstore.InlineMax {
@@ -575,8 +624,10 @@ func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error
 		up.Inline, up.Chunks, up.ChunkLists = nil, fc.Chunks, fc.ChunkLists
 	}
 	j.prog.files.Add(1)
+	c.mu.Lock()
 	c.files[n.Ino] = committedFile{fc: up.content(), inline: up.Inline}
 	c.updates = append(c.updates, &up)
+	c.mu.Unlock()
 	return up.content(), up.Inline, nil
 }
 

@@ -1,7 +1,8 @@
 package journal
 
 import (
-	"sync/atomic"
+	"errors"
+	"fmt"
 
 	"github.com/cairnfs/cairn/journal/internal/metalog"
 )
@@ -17,10 +18,12 @@ import (
 //     a new marker generation: what changes after the cut is dirty for the
 //     next snapshot, whether or not it was dirty before;
 //   - the bytes of frozen files are the staging files' bytes: an operation
-//     that would change or remove them waits at its start (thaw) until
-//     the snapshot has read that file, which it then reads first (urgent).
-//     A write waits for one file's ingest, never for the whole snapshot;
-//     removing a staging file is put off to the end of the snapshot.
+//     that would change or remove them reads that file for the snapshot
+//     first (thaw), on its own goroutine, unless the snapshot is reading
+//     it already, and then waits for that file. A write waits for one
+//     file's ingest, never for the whole snapshot nor for the file the
+//     snapshot happens to be reading; removing a staging file is put off
+//     to the end of the snapshot.
 //
 // Then the snapshot reads and stores without the lock, and takes the lock
 // again to record the snapshot (store record, ref, journal records). Its
@@ -47,23 +50,24 @@ type cutState struct {
 	locked bool // the snapshot holds the journal's lock throughout
 
 	// Under the journal's lock:
+	com      *committer       // reads frozen files for thaw; nil: not yet (thaw waits)
 	done     map[Ino]struct{} // frozen files read already
+	reading  map[Ino]struct{} // frozen files being read (by the walk or by thaw)
 	walked   bool             // every frozen file is read or never will be
-	urgent   []Ino            // frozen files an operation waits for
 	deferred []Ino            // staging files to remove once done
-	asked    atomic.Int32     // len(urgent) > 0, read without the lock
 }
 
 // cutLocked cuts (see above). Called with j.mu held; endCut ends it.
 func (j *Journal) cutLocked(locked bool) *cutState {
 	c := &cutState{
-		txn:    j.db.NewTransaction(false),
-		frozen: j.cache.dirty,
-		gen:    j.m.Gen,
-		epoch:  j.m.Epoch,
-		meta:   j.m,
-		locked: locked,
-		done:   make(map[Ino]struct{}),
+		txn:     j.db.NewTransaction(false),
+		frozen:  j.cache.dirty,
+		gen:     j.m.Gen,
+		epoch:   j.m.Epoch,
+		meta:    j.m,
+		locked:  locked,
+		done:    make(map[Ino]struct{}),
+		reading: make(map[Ino]struct{}),
 	}
 	j.cache.dirty = make(map[Ino]struct{})
 	clear(j.cache.marked) // valid for one generation
@@ -100,19 +104,37 @@ func (c *cutState) pending(ino Ino) bool {
 	return !done
 }
 
-// thaw waits, with j.mu held, until the running snapshot (if any) has read
-// ino's bytes. An operation that changes a file's bytes calls it first,
-// before it reads any state: the wait releases the lock.
+// thaw makes sure, with j.mu held, that the running snapshot (if any) has
+// read ino's bytes. An operation that changes a file's bytes calls it
+// first, before it reads any state: it releases the lock meanwhile. If
+// nobody reads the file yet, the operation reads it for the snapshot
+// itself (committer.ingest), so that it waits for its own file only,
+// not for the big file the snapshot's walk may be reading; otherwise it
+// waits until that read is done.
 func (j *Journal) thaw(ino Ino) error {
 	for j.cut != nil && j.cut.pending(ino) {
-		j.cut.urgent = append(j.cut.urgent, ino)
-		j.cut.asked.Store(1)
-		j.cutCond.Wait()
+		c := j.cut
+		if _, busy := c.reading[ino]; !busy && c.com != nil {
+			c.reading[ino] = struct{}{}
+			j.mu.Unlock()
+			c.com.ingest(ino)
+			j.mu.Lock()
+			c.readDone(ino)
+			j.cutCond.Broadcast()
+		} else {
+			j.cutCond.Wait()
+		}
 		if j.closed {
 			return ErrClosed
 		}
 	}
 	return nil
+}
+
+// readDone records, with j.mu held, that ino's frozen bytes are read.
+func (c *cutState) readDone(ino Ino) {
+	delete(c.reading, ino)
+	c.done[ino] = struct{}{}
 }
 
 // removeStaging removes ino's staging file now, or when the running
@@ -127,47 +149,68 @@ func (j *Journal) removeStaging(ino Ino) {
 	j.cfg.FS.Remove(j.stagingPath(ino))
 }
 
-// read records that the snapshot read ino's bytes and wakes who waits.
+// claim reports whether the walk is to read frozen file ino now: not if
+// an operation read it already (thaw), or reads it now, which claim waits
+// for. Without a concurrent reader (a locked cut, LiveTree) it always is.
+func (c *committer) claim(ino Ino) bool {
+	if c.cut == nil || c.cut.locked {
+		return true
+	}
+	j := c.j
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for {
+		if _, ok := c.cut.done[ino]; ok {
+			return false
+		}
+		if _, busy := c.cut.reading[ino]; !busy {
+			c.cut.reading[ino] = struct{}{}
+			return true
+		}
+		j.cutCond.Wait()
+	}
+}
+
+// read records that the walk read ino's bytes and wakes who waits.
 func (c *committer) read(ino Ino) {
 	if c.cut == nil || c.cut.locked {
 		return
 	}
 	c.j.mu.Lock()
-	c.cut.done[ino] = struct{}{}
+	c.cut.readDone(ino)
 	c.j.mu.Unlock()
 	c.j.cutCond.Broadcast()
 }
 
-// walked records that the snapshot read every frozen file it will read.
+// walked records that the snapshot read every frozen file it will read:
+// it waits for the reads operations are doing (thaw), whose results the
+// snapshot uses.
 func (c *committer) walked() {
 	if c.cut == nil || c.cut.locked {
 		return
 	}
 	c.j.mu.Lock()
+	for len(c.cut.reading) > 0 {
+		c.j.cutCond.Wait()
+	}
 	c.cut.walked = true
 	c.j.mu.Unlock()
 	c.j.cutCond.Broadcast()
 }
 
-// serveUrgent reads the frozen files operations wait for, out of the
-// walk's order (fileContent keeps them for when the walk comes by).
-func (c *committer) serveUrgent() error {
-	if c.cut == nil || c.cut.locked || c.cut.asked.Load() == 0 {
-		return nil
+// ingest reads frozen file ino for the snapshot, for an operation about to
+// change it (thaw), without the journal's lock: the record the cut saw,
+// the staging file's bytes. A failure fails the snapshot (fail), not the
+// operation.
+func (c *committer) ingest(ino Ino) {
+	n, err := c.inode(ino)
+	if errors.Is(err, ErrNotFound) {
+		return // not in the cut: nothing to read
 	}
-	c.j.mu.Lock()
-	urgent := c.cut.urgent
-	c.cut.urgent = nil
-	c.cut.asked.Store(0)
-	c.j.mu.Unlock()
-	for _, ino := range urgent {
-		n, err := c.inode(ino)
-		if err == nil && n.Type == TypeRegular {
-			if _, _, err := c.fileContent(n); err != nil {
-				return err
-			}
-		}
-		c.read(ino) // deleted or not a file: nothing to wait for
+	if err == nil && n.Type == TypeRegular {
+		_, _, err = c.store(n)
 	}
-	return nil
+	if err != nil {
+		c.fail(fmt.Errorf("inode %d: %w", ino, err))
+	}
 }

@@ -1,12 +1,15 @@
 package journal_test
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cairnfs/cairn/chunkstore"
 	"github.com/cairnfs/cairn/journal"
@@ -158,4 +161,106 @@ func assertTree(t *testing.T, what string, got, want map[string]string) {
 		}
 	}
 	t.FailNow()
+}
+
+// gatedFS holds the first read of a staging file opened read-only (the
+// snapshot's own descriptor) after it is armed, until released.
+type gatedFS struct {
+	journal.OSFS
+	mu      sync.Mutex
+	armed   bool
+	entered chan struct{} // closed when a read is held
+	release chan struct{}
+}
+
+func (g *gatedFS) OpenFile(name string, flag int, perm os.FileMode) (journal.File, error) {
+	f, err := g.OSFS.OpenFile(name, flag, perm)
+	if err != nil || flag&(os.O_WRONLY|os.O_RDWR) != 0 {
+		return f, err
+	}
+	return &gatedFile{File: f, g: g}, nil
+}
+
+type gatedFile struct {
+	journal.File
+	g *gatedFS
+}
+
+func (f *gatedFile) ReadAt(p []byte, off int64) (int, error) {
+	f.g.mu.Lock()
+	hold := f.g.armed
+	f.g.armed = false
+	f.g.mu.Unlock()
+	if hold {
+		close(f.g.entered)
+		<-f.g.release
+	}
+	return f.File.ReadAt(p, off)
+}
+
+// A write to a frozen file the snapshot has not read yet does not wait for
+// the file the snapshot is reading: the operation reads its own file for
+// the snapshot (thaw). Here the snapshot's read of a big file is held until
+// a write to a small file, which the walk reaches later, has returned.
+func TestSnapshot_WriteDoesNotWaitForTheWalk(t *testing.T) {
+	e := newEnv(t)
+	g := &gatedFS{entered: make(chan struct{}), release: make(chan struct{})}
+	j := openFaulty(t, e, t.TempDir(), g)
+	rnd := rand.New(rand.NewPCG(3, 4))
+	big := make([]byte, 4<<20)
+	for i := range big {
+		big[i] = byte(rnd.Uint32())
+	}
+	file := func(name string, data []byte) journal.Ino {
+		t.Helper()
+		a := must[journal.Attr](t)(j.Create(ctx, journal.Root, journal.RootIno, name, 0o644))
+		must[int](t)(j.Write(ctx, journal.Root, a.Ino, data, 0))
+		return a.Ino
+	}
+	file("a-big", big)
+	small := file("z-small", []byte("before the cut"))
+	mid := file("m-mid", bytes.Repeat([]byte("mid "), 20000)) // stored, not inline
+	atCut := tree(t, j)
+
+	wrote := make(chan error, 1)
+	journal.SetAfterCut(func() {
+		g.mu.Lock()
+		g.armed = true
+		g.mu.Unlock()
+		go func() {
+			<-g.entered // the walk reads a-big, and is held there
+			_, err := j.Write(ctx, journal.Root, small, []byte("after the cut!"), 0)
+			if err == nil {
+				_, err = j.SetAttr(ctx, journal.Root, mid, journal.SetAttrIn{Valid: journal.SetSize, Size: 3})
+			}
+			wrote <- err
+		}()
+	})
+	defer journal.SetAfterCut(nil)
+	snapped := make(chan error, 1)
+	var id chunkstore.ID
+	go func() {
+		var err error
+		id, err = j.Snapshot(ctx, journal.SnapshotOptions{})
+		snapped <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second): // a deadlock, not a slow machine
+		close(g.release)
+		t.Fatal("the write to a frozen small file waited for the snapshot's read of another file")
+	}
+	close(g.release)
+	err := <-snapped
+	journal.SetAfterCut(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertTree(t, "the snapshot", tree(t, e.open("fork", t.TempDir(), id)), atCut)
+	live := tree(t, j)
+	id2 := must[chunkstore.ID](t)(j.Snapshot(ctx, journal.SnapshotOptions{}))
+	assertTree(t, "the next snapshot", tree(t, e.open("fork2", t.TempDir(), id2)), live)
 }

@@ -9,7 +9,9 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"runtime/metrics"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -276,8 +278,21 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if path := os.Getenv("CAIRN_MEMPROFILE"); path != "" { // for developers: the heap at unmount
+	if path := os.Getenv("CAIRN_TRACE"); path != "" { // for developers: the daemon's execution trace
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
+	}
+	if path := os.Getenv("CAIRN_MEMPROFILE"); path != "" { // for developers: the heap at unmount, and near its peak
+		stop := watchHeapPeak(path + ".peak")
 		defer func() {
+			stop()
 			if f, err := os.Create(path); err == nil {
 				pprof.Lookup("heap").WriteTo(f, 0)
 				f.Close()
@@ -296,3 +311,34 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 }
 
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
+
+// watchHeapPeak writes a heap profile to path whenever the heap grows 10%
+// past its largest size so far (checked every 100 ms), until stopped: the
+// profile of the heap near its peak, for developers (CAIRN_MEMPROFILE).
+func watchHeapPeak(path string) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		var peak uint64
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			metrics.Read(sample)
+			if v := sample[0].Value.Uint64(); v > peak+peak/10 {
+				peak = v
+				if f, err := os.Create(path); err == nil {
+					pprof.Lookup("heap").WriteTo(f, 0)
+					f.Close()
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}

@@ -133,6 +133,8 @@ func historyBench(mnt, base string, cairn func(...string) (string, error)) ([]re
 // probe (one create + stat + readdir of a small directory) and the
 // snapshot's wall time, in ms: how long the mount stalls while a snapshot
 // reads, chunks and packs (issue 16's goal: 50 ms for 1 GiB).
+var latencySeed uint64
+
 func snapshotLatency(mnt string, size int64, cairn func(...string) (string, error)) (longest, snap float64, err error) {
 	dir := filepath.Join(mnt, "latency")
 	probeDir := filepath.Join(dir, "probe")
@@ -142,7 +144,8 @@ func snapshotLatency(mnt string, size int64, cairn func(...string) (string, erro
 	if _, err := cairn("snapshot", "bench"); err != nil {
 		return 0, 0, err
 	}
-	rnd := rand.New(rand.NewPCG(1, 2))
+	latencySeed++ // new data in every run: none of it dedupes
+	rnd := rand.New(rand.NewPCG(latencySeed, 2))
 	buf := make([]byte, 1<<20)
 	for f := range 8 {
 		w, err := os.Create(filepath.Join(dir, fmt.Sprintf("big%d", f)))
@@ -164,33 +167,60 @@ func snapshotLatency(mnt string, size int64, cairn func(...string) (string, erro
 	}
 	syscall.Sync()
 	stop := make(chan struct{})
-	probed := make(chan time.Duration)
+	type probe struct{ at, took, open, write, stat, list time.Duration }
+	probed := make(chan []probe)
+	start := time.Now()
 	go func() {
-		var worst time.Duration
+		var all []probe
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
-				probed <- worst
+				probed <- all
 				return
 			default:
 			}
-			start := time.Now()
+			t0 := time.Now()
 			p := filepath.Join(probeDir, fmt.Sprintf("p%d", i%64))
-			if err := os.WriteFile(p, []byte("x"), 0o644); err == nil {
-				os.Stat(p)
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			tOpen := time.Now()
+			if err == nil {
+				f.Write([]byte("x"))
+				f.Close()
 			}
+			t1 := time.Now()
+			os.Stat(p)
+			t2 := time.Now()
 			os.ReadDir(probeDir)
-			worst = max(worst, time.Since(start))
+			t3 := time.Now()
+			all = append(all, probe{t0.Sub(start), t3.Sub(t0), tOpen.Sub(t0), t1.Sub(tOpen), t2.Sub(t1), t3.Sub(t2)})
 		}
 	}()
-	start := time.Now()
 	_, err = cairn("snapshot", "bench")
 	took := time.Since(start)
 	close(stop)
-	worst := <-probed
+	all := <-probed
 	if err != nil {
 		return 0, 0, err
 	}
-	fmt.Fprintf(os.Stderr, "  cairn snapshot of %d MiB of new data: %v; longest probe meanwhile %v\n", size>>20, took, worst)
+	// The slowest probes and when they started (from the snapshot's
+	// start): where in the snapshot the mount stalled.
+	slices.SortFunc(all, func(a, b probe) int { return int(b.took - a.took) })
+	var worst time.Duration
+	var slow []string
+	for i, p := range all {
+		if i == 0 {
+			worst = p.took
+		}
+		if i < 5 {
+			slow = append(slow, fmt.Sprintf("%v at %v (open %v, write+close %v, stat %v, list %v)", p.took.Round(100*time.Microsecond), p.at.Round(time.Millisecond),
+				p.open.Round(100*time.Microsecond), p.write.Round(100*time.Microsecond), p.stat.Round(100*time.Microsecond), p.list.Round(100*time.Microsecond)))
+		}
+	}
+	p99 := time.Duration(0)
+	if n := len(all); n > 0 {
+		p99 = all[n/100].took
+	}
+	fmt.Fprintf(os.Stderr, "  cairn snapshot of %d MiB of new data: %v; %d probes meanwhile, 99th percentile %v, longest %s\n",
+		size>>20, took.Round(time.Millisecond), len(all), p99.Round(100*time.Microsecond), strings.Join(slow, ", "))
 	return float64(worst.Microseconds()) / 1000, float64(took.Microseconds()) / 1000, os.RemoveAll(dir)
 }

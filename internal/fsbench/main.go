@@ -37,7 +37,7 @@ var (
 	phpBin      = flag.String("passthrough-hp", "", "libfuse's passthrough_hp (internal/fsbench/libfuse.sh builds it); empty: its targets are not available")
 	targetsFlag = flag.String("targets", "ext4,passthrough_hp,passthrough_hp+uring,cairn,cairn+uring", "comma-separated targets, in table order; also: loopback (go-fuse's)")
 	rounds      = flag.Int("rounds", 5, "interleaved rounds per workload (medians are reported)")
-	only        = flag.String("only", "", "comma-separated workloads to run (default: all); snapshot: cairn's snapshot and history verbs")
+	only        = flag.String("only", "", "comma-separated workloads to run (default: all); snapshot: cairn's snapshot and history verbs (and latency); latency: only the longest request during a snapshot; memory: the daemon's peak RSS under load")
 	workDir     = flag.String("dir", "/var/tmp", "where to make the scratch ext4 (or, with -scratch 0, the targets' directories)")
 	scratch     = flag.Int64("scratch", 16<<30, "run on a fresh ext4 of this many bytes (a loop-mounted sparse image under -dir, made with mkfs.ext4's defaults); 0: on -dir's own filesystem")
 	cacheDir    = flag.String("cache", defaultCacheDir(), "where set-up keeps the npm and Go module caches it fills once (outside the timed part)")
@@ -46,6 +46,9 @@ var (
 	nFiles      = flag.Int("files", 10000, "files for create/stat/unlink")
 	nSnap       = flag.Int("snapfiles", 100000, "files in the workspace of the snapshot benchmark")
 	latencySize = flag.Int64("latency-bytes", 1<<30, "new data in the snapshot of the latency benchmark (the longest request during a snapshot)")
+	latencyRuns = flag.Int("latency-runs", 1, "runs of the latency benchmark (each on new data)")
+	memFiles    = flag.Int("mem-files", 100000, "small files the 8 writers of the memory benchmark create")
+	memBytes    = flag.Int64("mem-bytes", 3<<30, "bytes of incompressible data the 8 writers of the memory benchmark write")
 	jsonOut     = flag.String("json", "", "also write the results as JSON to this file")
 	serveLB     = flag.Bool("serve-loopback", false, "internal: serve go-fuse's loopback of BACKING at MOUNTPOINT (the args) until unmounted")
 )
@@ -79,7 +82,7 @@ func run(ctx context.Context) (err error) {
 	}
 	a := &assets{}
 	all := workloads(a)
-	wls, snap, err := chooseWorkloads(all, *only)
+	wls, extra, err := chooseWorkloads(all, *only)
 	if err != nil {
 		return err
 	}
@@ -180,26 +183,43 @@ func run(ctx context.Context) (err error) {
 		}
 	}
 
-	if i := slices.IndexFunc(ts, func(t *target) bool { return t.name == "cairn" }); snap && i >= 0 {
+	if i := slices.IndexFunc(ts, func(t *target) bool { return t.name == "cairn" }); len(extra) > 0 && i >= 0 {
 		cli := cairnCLI(*cairnBin, filepath.Join(base, "cairn-home"))
 		cairn := func(args ...string) (string, error) { return cli(ctx, args...) }
-		ms, err := snapshotBench(ts[i].dir, cairn)
-		if err != nil {
-			return err
+		if extra["snapshot"] {
+			ms, err := snapshotBench(ts[i].dir, cairn)
+			if err != nil {
+				return err
+			}
+			rep.Cairn = append(rep.Cairn, result{Workload: "cairn snapshot 100k", Target: "cairn", Value: ms, Unit: "ms"})
+			hs, err := historyBench(ts[i].dir, base, cairn)
+			if err != nil {
+				return err
+			}
+			rep.Cairn = append(rep.Cairn, hs...)
 		}
-		rep.Cairn = append(rep.Cairn, result{Workload: "cairn snapshot 100k", Target: "cairn", Value: ms, Unit: "ms"})
-		hs, err := historyBench(ts[i].dir, base, cairn)
-		if err != nil {
-			return err
+		if extra["latency"] {
+			var worst, took []float64
+			for range *latencyRuns {
+				w, t, err := snapshotLatency(ts[i].dir, *latencySize, cairn)
+				if err != nil {
+					return err
+				}
+				worst, took = append(worst, w), append(took, t)
+			}
+			rep.Cairn = append(rep.Cairn,
+				result{Workload: fmt.Sprintf("longest request during a snapshot of %d MiB", *latencySize>>20), Target: "cairn", Value: median(worst), Unit: "ms"},
+				result{Workload: fmt.Sprintf("cairn snapshot of %d MiB of new data", *latencySize>>20), Target: "cairn", Value: median(took), Unit: "ms"})
 		}
-		rep.Cairn = append(rep.Cairn, hs...)
-		worst, took, err := snapshotLatency(ts[i].dir, *latencySize, cairn)
-		if err != nil {
-			return err
+		if extra["memory"] {
+			write, snap, err := memoryLoad(ts[i].dir, ts[i].pid, *memFiles, *memBytes, cairn)
+			if err != nil {
+				return err
+			}
+			rep.Cairn = append(rep.Cairn,
+				result{Workload: fmt.Sprintf("daemon peak RSS, 8 writers of %d files and %d MiB", *memFiles, *memBytes>>20), Target: "cairn", Value: write, Unit: "MiB"},
+				result{Workload: "daemon peak RSS, snapshot of it with 8 writers", Target: "cairn", Value: snap, Unit: "MiB"})
 		}
-		rep.Cairn = append(rep.Cairn,
-			result{Workload: fmt.Sprintf("longest request during a snapshot of %d MiB", *latencySize>>20), Target: "cairn", Value: worst, Unit: "ms"},
-			result{Workload: fmt.Sprintf("cairn snapshot of %d MiB of new data", *latencySize>>20), Target: "cairn", Value: took, Unit: "ms"})
 	}
 	rep.print(os.Stdout)
 	if *jsonOut != "" {
@@ -255,17 +275,21 @@ func chooseTargets(list string) ([]targetDef, error) {
 }
 
 // chooseWorkloads returns the workloads -only names (all by default), and
-// whether cairn's snapshot and history benchmarks run.
-func chooseWorkloads(all []workload, only string) ([]workload, bool, error) {
+// which of cairn's own benchmarks run (snapshot, latency, memory).
+func chooseWorkloads(all []workload, only string) ([]workload, map[string]bool, error) {
 	if strings.TrimSpace(only) == "" {
-		return all, true, nil
+		return all, map[string]bool{"snapshot": true, "latency": true}, nil
 	}
 	var out []workload
-	snap := false
+	extra := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
 		name = strings.TrimSpace(name)
-		if name == "snapshot" {
-			snap = true
+		switch name {
+		case "snapshot":
+			extra["snapshot"], extra["latency"] = true, true
+			continue
+		case "latency", "memory":
+			extra[name] = true
 			continue
 		}
 		i := slices.IndexFunc(all, func(w workload) bool { return w.name == name })
@@ -274,11 +298,11 @@ func chooseWorkloads(all []workload, only string) ([]workload, bool, error) {
 			for _, w := range all {
 				known = append(known, w.name)
 			}
-			return nil, false, fmt.Errorf("-only: no workload %q (known: %s, snapshot)", name, strings.Join(known, ", "))
+			return nil, nil, fmt.Errorf("-only: no workload %q (known: %s, snapshot, latency, memory)", name, strings.Join(known, ", "))
 		}
 		out = append(out, all[i])
 	}
-	return out, snap, nil
+	return out, extra, nil
 }
 
 // serveLoopback serves go-fuse's loopback (passthrough on, go-fuse's
