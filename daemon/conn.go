@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	cfs "github.com/cairnfs/cairn/fs"
 )
 
 // A daemon never makes a request into its own mount: if its FUSE server
@@ -21,56 +25,97 @@ import (
 // the kernel would wait for an answer forever, the thread could not exit,
 // the process would keep /dev/fuse open, and so nothing would end the
 // connection (a zombie stuck in D state; see issue 15). What needs the
-// kernel (syncfs, opening the mount) runs in a helper process, which the
-// kernel frees when the daemon dies: closing the daemon's /dev/fuse aborts
-// the connection.
+// kernel (flushing written pages, opening the mount) runs in a helper
+// process, which the kernel frees when the daemon dies: closing the
+// daemon's /dev/fuse aborts the connection.
 
-// syncfsEnv names the directory a syncfs helper process (the cairn binary
-// started by a daemon) syncs. See MaybeSyncfs.
-const syncfsEnv = "CAIRN_SYNCFS_HELPER"
+// flushEnv names the mount point a flush helper process (the cairn binary
+// started by a daemon) flushes. See MaybeFlushHelper.
+const flushEnv = "CAIRN_FLUSH_HELPER"
 
-// MaybeSyncfs is the syncfs helper's entry point. When this process was
-// started as one by a daemon, it calls syncfs(2) on the mount point it was
-// given and exits (status 0, or 1 with the error on stderr); else it
-// returns at once. A binary that runs daemons (Run) calls it first thing in
-// main.
-func MaybeSyncfs() {
-	dir, ok := os.LookupEnv(syncfsEnv)
+// MaybeFlushHelper is the flush helper's entry point. When this process
+// was started as one by a daemon, it reads the inodes to flush from stdin
+// (one "nodeid generation" line each), makes the kernel write back each
+// one's dirty pages and waits until the daemon has answered every WRITE
+// (fs.WaitWriteback), and exits (status 0, or 1 with the error on
+// stderr); else it returns at once. A binary that runs daemons (Run)
+// calls it first thing in main.
+//
+// syncfs(2) is not enough: the kernel's FUSE (Linux 6.18 at least) sends
+// the WRITEs of the pages it writes back as background requests and
+// returns from syncfs without waiting for their answers, sometimes before
+// the daemon has read them. fsync(2) of the file waits for them.
+func MaybeFlushHelper() {
+	dir, ok := os.LookupEnv(flushEnv)
 	if !ok {
 		return
 	}
-	f, err := os.Open(dir)
-	if err == nil {
-		err = unix.Syncfs(int(f.Fd()))
-		f.Close()
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "syncfs %s: %v\n", dir, err)
+	if err := flushInodes(dir, os.Stdin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
-// syncfsHelperTimeout bounds a syncfs helper: a flush of the kernel's
-// dirty pages of the mount, sent to this daemon.
-const syncfsHelperTimeout = 10 * time.Minute
+// flushInodes flushes the inodes listed in r of the mount at dir
+// (fs.WaitWriteback), each in turn.
+func flushInodes(dir string, r io.Reader) error {
+	mnt, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer mnt.Close()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var n cfs.KernelInode
+		if _, err := fmt.Sscan(sc.Text(), &n.NodeID, &n.Generation); err != nil {
+			return fmt.Errorf("inode %q: %w", sc.Text(), err)
+		}
+		if err := cfs.WaitWriteback(mnt, n); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
 
-// syncfsHelper syncs the filesystem mounted at dir from a helper process
-// (this binary, see MaybeSyncfs), so that no thread of the daemon waits on
-// its own mount. The helper dies with the daemon (parent-death signal).
-func syncfsHelper(ctx context.Context, dir string) error {
-	ctx, cancel := context.WithTimeout(ctx, syncfsHelperTimeout)
+// flushHelperTimeout bounds a flush helper: the kernel's write-back of
+// the dirty pages of the mount, sent to this daemon.
+const flushHelperTimeout = 10 * time.Minute
+
+// flushHelper flushes inodes of the daemon's mount from a helper process (this binary, see MaybeFlushHelper), so that no thread of
+// the daemon waits on its own mount. The helper dies with the daemon
+// (parent-death signal). It is declared to the file system (FlushHelper)
+// before it gets the inodes, and so before its first request.
+func (d *daemon) flushHelper(ctx context.Context, inodes []cfs.KernelInode) error {
+	ctx, cancel := context.WithTimeout(ctx, flushHelperTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/proc/self/exe")
-	cmd.Env = []string{syncfsEnv + "=" + dir}
+	cmd.Env = []string{flushEnv + "=" + d.dir}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Run(); err != nil {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("flush helper: %w", err)
+	}
+	defer d.fs.FlushHelper(cmd.Process.Pid)()
+	w := bufio.NewWriter(stdin)
+	for _, n := range inodes {
+		fmt.Fprintf(w, "%d %d\n", n.NodeID, n.Generation)
+	}
+	werr := w.Flush()
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
 			return fmt.Errorf("%s: %w", msg, err)
 		}
-		return fmt.Errorf("syncfs helper: %w", err)
+		return fmt.Errorf("flush helper: %w", err)
+	}
+	if werr != nil {
+		return fmt.Errorf("flush helper: %w", werr)
 	}
 	return nil
 }
@@ -81,14 +126,15 @@ func syncfsHelper(ctx context.Context, dir string) error {
 // (no writeback cache): only pages dirtied through a shared mapping of a
 // file opened for writing without passthrough can still be in the
 // kernel, and only while that file is open. With none open there is
-// nothing to flush and no syncfs at all; else a helper process syncs the
-// mount.
+// nothing to flush and no helper at all; else a helper process fsyncs
+// each such file.
 func (d *daemon) flushKernel(ctx context.Context) error {
-	if !d.fs.KernelMayHoldWrites() {
+	inodes := d.fs.KernelMayHoldWrites()
+	if len(inodes) == 0 {
 		return nil
 	}
-	if err := syncfsHelper(ctx, d.dir); err != nil {
-		return fmt.Errorf("syncfs %s: %w", d.dir, err)
+	if err := d.flushHelper(ctx, inodes); err != nil {
+		return fmt.Errorf("flush the kernel's writes to %s: %w", d.dir, err)
 	}
 	return nil
 }

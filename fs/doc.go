@@ -96,4 +96,18 @@
 // and the kernel replaces its inode (the old handles fail with EIO from
 // then on, ESTALE before) instead of serving the old file's pages and
 // backing file under the new name.
+//
+// # Writes the kernel holds
+//
+// There is no writeback cache: a write(2) reaches the daemon (or the
+// backing file) before it returns. Only pages dirtied through a shared
+// mapping of a file open for writing without passthrough stay in the
+// kernel until it writes them back, so a commit first flushes those files
+// (KernelMayHoldWrites lists them). syncfs(2) does not do it: the kernel
+// sends the WRITEs of its write-back as background requests and returns
+// without waiting for their answers. fsync(2) of each file waits for them
+// (WaitWriteback, which opens the inode by its file handle). It makes
+// requests to the mount, so the daemon runs it in a helper process, never
+// on one of its own threads, and answers that helper's FSYNCs at once
+// (FlushHelper): the wait in the kernel is all they are for.
 package fs

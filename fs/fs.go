@@ -99,6 +99,8 @@ type FS struct {
 	// cachedWriters counts the open handles that allow writing without
 	// passthrough (see KernelMayHoldWrites).
 	cachedWriters int
+	// flushers are the pids of the flush helpers at work (FlushHelper).
+	flushers map[int]int
 }
 
 // backingKey names a backing file: an inode number names another file
@@ -660,10 +662,14 @@ func (f *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut)
 // (Opens set FOPEN_NOFLUSH, so the kernel sends no FLUSH for them.)
 func (f *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status { return fuse.OK }
 
-// Fsync implements fuse.RawFileSystem.
+// Fsync implements fuse.RawFileSystem. A flush helper's FSYNC is
+// answered at once (see FlushHelper).
 func (f *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	if f.stale(in.Fh) {
 		return fuse.Status(syscall.ESTALE)
+	}
+	if f.fromFlusher(in.Pid) {
+		return fuse.OK
 	}
 	return f.status(f.j.Fsync(bg, ino(in.NodeId), in.FsyncFlags&1 != 0))
 }
@@ -936,21 +942,6 @@ func (f *FS) addDot(out *fuse.DirEntryList, e fuse.DirEntry, plus bool) bool {
 		return out.AddDirEntry(e)
 	}
 	return out.AddDirLookupEntry(e) != nil
-}
-
-// KernelMayHoldWrites reports whether the kernel may hold writes to the
-// mount that have not reached the journal, so that a commit must flush it
-// first (syncfs). The mount has no writeback cache: write(2) without
-// passthrough is sent to the daemon before it returns, and writes through
-// passthrough go to the backing (staging) file itself. What is left are
-// pages dirtied through a shared writable mapping of a file opened for
-// writing without passthrough; the mapping keeps the file open (the kernel
-// writes its pages back when it is unmapped, before the release), so none
-// can be dirty once no such file is open.
-func (f *FS) KernelMayHoldWrites() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.cachedWriters > 0
 }
 
 // Passthrough reports whether FUSE passthrough is in use (false if it was

@@ -72,6 +72,8 @@ func helper(op string, args []string) int {
 		}
 	case "setxattr":
 		err = unix.Setxattr(args[0], args[1], []byte("v"), 0)
+	case "mapdirty": // maps args[0] shared, args[1] bytes, fills it with args[2] repeated; says "ready" and holds it until stdin closes
+		err = mapDirty(args[0], args[1], args[2])
 	case "stat":
 		var st unix.Stat_t
 		if err = unix.Lstat(args[0], &st); err == nil {
@@ -90,6 +92,35 @@ func helper(op string, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// mapDirty is the helper operation "mapdirty": a process that writes to
+// a file through a shared mapping and keeps it mapped, dirty and open (a
+// test that serves the mount must not touch such a mapping itself: its
+// page faults wait for the server, and the Go runtime cannot stop a
+// thread in a page fault for a garbage collection).
+func mapDirty(path, size, text string) error {
+	n, err := strconv.Atoi(size)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(n)); err != nil {
+		return err
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return err
+	}
+	defer syscall.Munmap(m)
+	copy(m, bytes.Repeat([]byte(text), n/len(text)+1))
+	fmt.Println("ready")
+	_, err = io.Copy(io.Discard, os.Stdin)
+	return err
 }
 
 // who is a process to run a helper as: host ids, or (userns) ids of a user

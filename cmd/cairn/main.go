@@ -13,8 +13,8 @@ import (
 )
 
 func main() {
-	sandbox.MaybeInit()  // the sandbox's init and command starter: never return
-	daemon.MaybeSyncfs() // a daemon's syncfs helper: never returns
+	sandbox.MaybeInit()       // the sandbox's init and command starter: never return
+	daemon.MaybeFlushHelper() // a daemon's flush helper: never returns
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	app := newApp()
 	err := app.RunContext(ctx, interspersed(app, os.Args))
