@@ -45,7 +45,7 @@ unit: tools
 race: tools
 	$(GO) test -count=1 -race -short ./chunkstore/...
 	$(GO) test -count=1 -race ./journal/internal/metalog/
-	$(GO) test -count=1 -race -run 'TestSnapshot_Cut|TestHandle_|TestXattr_' ./journal/
+	$(GO) test -count=1 -race -run 'TestSnapshot_|TestHandle_|TestXattr_' ./journal/
 
 # No minimisation in these short runs: minimising a new input can outlast
 # -fuzztime, which the fuzzer then reports as a failure ("context deadline
