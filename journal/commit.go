@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -91,10 +92,17 @@ type committer struct {
 
 	// Operations store frozen files too (thaw, on their goroutines):
 	mu      sync.Mutex
-	files   map[Ino]committedFile // dirty files ingested in this commit (hardlinks: once)
-	updates []*inode              // records to save after the ref moved
+	files   map[Ino]committedFile // dirty files ingested in this commit that may be asked again (hardlinks, thaw)
+	updates []*inode              // records to save after the ref moved, not yet in the journal (spill)
+	upBytes int                   // their encoded size
 	err     error                 // why an operation's read of a frozen file failed
 }
+
+// The records a commit saves once its snapshot is the head wait in the
+// journal (updateKey), not in memory: a commit of 100k new small files
+// would otherwise hold all their bytes until the end. They are written in
+// transactions of about spillBytes.
+const spillBytes = 1 << 20
 
 // fail records why the snapshot cannot be: its first error.
 func (c *committer) fail(err error) {
@@ -105,10 +113,78 @@ func (c *committer) fail(err error) {
 	c.mu.Unlock()
 }
 
+// update notes up, a record to save once the snapshot is the head. A
+// commit that makes no snapshot (LiveTree) keeps none.
 func (c *committer) update(up *inode) {
+	if c.cut == nil {
+		return
+	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.updates = append(c.updates, up)
-	c.mu.Unlock()
+	c.upBytes += len(up.Inline) + 128
+	if c.upBytes >= spillBytes {
+		c.spillLocked()
+	}
+}
+
+// spillLocked writes the updates held in memory to the journal, with c.mu
+// held. Written beside the operations (the log serialises them), not
+// through j.write: they are no inode records, the cache has nothing to do.
+func (c *committer) spillLocked() {
+	if len(c.updates) == 0 || c.err != nil {
+		c.updates, c.upBytes = c.updates[:0], 0
+		return
+	}
+	err := c.j.space.check(uint64(c.upBytes), true)
+	if err == nil {
+		err = c.j.db.Update(func(txn *metalog.Txn) error {
+			for _, up := range c.updates {
+				if err := txn.Set(updateKey(c.epoch, up.Ino), up.encode()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		c.err = fmt.Errorf("keep the records of the snapshot: %w", err)
+	}
+	clear(c.updates)
+	c.updates, c.upBytes = c.updates[:0], 0
+}
+
+// spill writes what update holds in memory to the journal.
+func (c *committer) spill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.spillLocked()
+	return c.err
+}
+
+// dropUpdates deletes the records a commit that did not finish left in
+// the journal.
+func (j *Journal) dropUpdates(epoch uint32) error {
+	var keys [][]byte
+	err := j.db.View(func(txn *metalog.Txn) error {
+		it := txn.NewIterator(metalog.IteratorOptions{Prefix: updatePrefix(epoch)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		return nil
+	})
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	wb := j.db.NewWriteBatch()
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			wb.Cancel()
+			return err
+		}
+	}
+	return wb.Flush()
 }
 
 func (j *Journal) newCommitter(ctx context.Context, cut *cutState) *committer {
@@ -222,26 +298,7 @@ func (j *Journal) commitSnapshot(ctx context.Context, snap *chunkstore.Snapshot,
 	// They take as many transactions as they need: until Pending is
 	// cleared below, a crash leaves resolvePending to make the snapshot
 	// the base and keep the dirty set dirty, which does not rely on them.
-	err = j.writeSplit(func(w *splitWriter) error {
-		for i, up := range c.updates {
-			if i > 0 && i%loadBatch == 0 {
-				if err := w.next(); err != nil {
-					return err
-				}
-			}
-			n, ok, err := j.committedRecord(w.txn, up)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				continue
-			}
-			if err := w.putInode(n); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err = j.saveUpdates(c.epoch)
 	if err != nil {
 		j.pendingIsBase(id, snap.Seq)
 		return id, snap, fmt.Errorf("%w: snapshot %s is done, but recording it in the journal failed: %v", ErrIO, id.Short(), err)
@@ -290,6 +347,54 @@ func (j *Journal) commitSnapshot(ctx context.Context, snap *chunkstore.Snapshot,
 	return id, snap, nil
 }
 
+// saveUpdates brings the journal's records up to date with a commit's
+// updates (spill), in as many transactions as they need, and deletes them.
+func (j *Journal) saveUpdates(epoch uint32) error {
+	rtxn := j.db.NewTransaction(false)
+	defer rtxn.Discard()
+	it := rtxn.NewIterator(metalog.IteratorOptions{Prefix: updatePrefix(epoch), PrefetchValues: true, PrefetchSize: 256})
+	defer it.Close()
+	return j.writeSplit(func(w *splitWriter) error {
+		i := 0
+		for it.Rewind(); it.Valid(); it.Next() {
+			if i > 0 && i%loadBatch == 0 {
+				if err := w.next(); err != nil {
+					return err
+				}
+			}
+			i++
+			k := it.Item().Key()
+			if len(k) != 14 {
+				continue
+			}
+			ino := Ino(binary.BigEndian.Uint64(k[6:]))
+			var up *inode
+			err := it.Item().Value(func(v []byte) error {
+				var err error
+				up, err = decodeInode(ino, v)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if err := w.delete(it.Item().KeyCopy(nil)); err != nil {
+				return err
+			}
+			n, ok, err := j.committedRecord(w.txn, up)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if err := w.putInode(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // committedRecord returns the record to save for up, which a commit built
 // from the record the cut saw, and whether there is one: the current record
 // with up's tree (a directory) or content (a file that did not change since
@@ -323,6 +428,11 @@ func (j *Journal) committedRecord(txn *metalog.Txn, up *inode) (*inode, bool, er
 // locked, it runs without the journal's lock.
 func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions, cut *cutState) (*chunkstore.Snapshot, *committer, error) {
 	before := j.store.Stats()
+	// Records of a commit that did not finish (a failed snapshot, a
+	// crash) must not be mistaken for this one's.
+	if err := j.dropUpdates(cut.epoch); err != nil {
+		return nil, nil, fmt.Errorf("snapshot of %q: %w", j.cfg.Workspace, err)
+	}
 	c := j.newCommitter(ctx, cut)
 	if !cut.locked {
 		j.mu.Lock()
@@ -341,9 +451,7 @@ func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions, cut *
 	}
 	c.walked() // and what operations read for it is in c.files too
 	if err == nil {
-		c.mu.Lock()
-		err = c.err
-		c.mu.Unlock()
+		err = c.spill() // and c.err
 	}
 	if err == nil && !cut.locked {
 		// Packs and index out and synced now, not under the lock
@@ -572,7 +680,9 @@ func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error
 		if ok { // a hardlink seen before, under a locked cut
 			return cf.fc, cf.inline, nil
 		}
-		return c.store(n)
+		// Asked again only for another name of it (the walk's own
+		// reads are not asked again; an operation's are: thaw).
+		return c.store(n, n.Nlink > 1)
 	}
 	c.mu.Lock()
 	cf, ok := c.files[n.Ino]
@@ -589,8 +699,9 @@ func (c *committer) fileContent(n *inode) (chunkstore.FileContent, []byte, error
 
 // store reads dirty staged file n from its staging file and stores it. It
 // runs without the journal's lock, on the walk's goroutine or an
-// operation's (thaw), once per file.
-func (c *committer) store(n *inode) (chunkstore.FileContent, []byte, error) {
+// operation's (thaw), once per file. With keep, its content stays on
+// record (files) for the walk to ask again.
+func (c *committer) store(n *inode, keep bool) (chunkstore.FileContent, []byte, error) {
 	j := c.j
 	// Its own descriptor: the journal's (stagingFile) are the operations'.
 	f, err := j.cfg.FS.OpenFile(j.stagingPath(n.Ino), os.O_RDONLY, 0)
@@ -624,10 +735,12 @@ func (c *committer) store(n *inode) (chunkstore.FileContent, []byte, error) {
 		up.Inline, up.Chunks, up.ChunkLists = nil, fc.Chunks, fc.ChunkLists
 	}
 	j.prog.files.Add(1)
-	c.mu.Lock()
-	c.files[n.Ino] = committedFile{fc: up.content(), inline: up.Inline}
-	c.updates = append(c.updates, &up)
-	c.mu.Unlock()
+	if keep {
+		c.mu.Lock()
+		c.files[n.Ino] = committedFile{fc: up.content(), inline: up.Inline}
+		c.mu.Unlock()
+	}
+	c.update(&up)
 	return up.content(), up.Inline, nil
 }
 

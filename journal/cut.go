@@ -208,7 +208,7 @@ func (c *committer) ingest(ino Ino) {
 		return // not in the cut: nothing to read
 	}
 	if err == nil && n.Type == TypeRegular {
-		_, _, err = c.store(n)
+		_, _, err = c.store(n, true) // the walk asks for it when it gets there
 	}
 	if err != nil {
 		c.fail(fmt.Errorf("inode %d: %w", ino, err))

@@ -14,6 +14,7 @@ import "encoding/binary"
 //	"e" epoch(4) "D" ino(8)                dirty marker: generation(8) when last changed
 //	"e" epoch(4) "O" ino(8)                orphan: unlinked while open (handle.go)
 //	"e" epoch(4) "W" ino(8)                open for passthrough writing (handle.go)
+//	"e" epoch(4) "U" ino(8)                a running commit's record to save once its snapshot is the head (commit.go)
 //
 // Integers are big endian so keys sort numerically.
 
@@ -32,6 +33,9 @@ func inodeKey(epoch uint32, ino Ino) []byte  { return inoKey(epoch, 'i', ino) }
 func dirtyKey(epoch uint32, ino Ino) []byte  { return inoKey(epoch, 'D', ino) }
 func orphanKey(epoch uint32, ino Ino) []byte { return inoKey(epoch, 'O', ino) }
 func writerKey(epoch uint32, ino Ino) []byte { return inoKey(epoch, 'W', ino) }
+func updateKey(epoch uint32, ino Ino) []byte { return inoKey(epoch, 'U', ino) }
+
+func updatePrefix(epoch uint32) []byte { return append(epochPrefix(epoch), 'U') }
 
 func dentryPrefix(epoch uint32, parent Ino) []byte { return inoKey(epoch, 'd', parent) }
 

@@ -76,6 +76,18 @@ func (w *splitWriter) set(key, value []byte) error {
 	return w.txn.Set(key, value)
 }
 
+// delete deletes key, in the next transaction if the current one is full.
+func (w *splitWriter) delete(key []byte) error {
+	err := w.txn.Delete(key)
+	if !errors.Is(err, metalog.ErrTxnTooBig) {
+		return err
+	}
+	if err := w.next(); err != nil {
+		return err
+	}
+	return w.txn.Delete(key)
+}
+
 // next commits the current transaction and starts the next. Callers also
 // use it to bound a transaction by their own measure (entries).
 func (w *splitWriter) next() error {

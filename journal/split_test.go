@@ -271,3 +271,45 @@ func TestSplit_SnapshotCutShort(t *testing.T) {
 		})
 	}
 }
+
+// TestCommit_UpdatesWaitInTheJournal: the records a commit saves once its
+// snapshot is the head wait in the journal while it runs (spill), not in
+// memory, and none are left after it.
+func TestCommit_UpdatesWaitInTheJournal(t *testing.T) {
+	const files = 1500 // 6 MB of inline content: several spills
+	e := newSplitEnv(t)
+	j := e.open("ws", t.TempDir())
+	defer j.Close()
+	fill(t, j, files)
+	count := func() int {
+		n := 0
+		err := j.db.View(func(txn *metalog.Txn) error {
+			it := txn.NewIterator(metalog.IteratorOptions{Prefix: updatePrefix(j.m.Epoch)})
+			defer it.Close()
+			for it.Rewind(); it.Valid(); it.Next() {
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	most := 0
+	splitCommitted = func(int) error {
+		most = max(most, count())
+		return nil
+	}
+	t.Cleanup(func() { splitCommitted = nil })
+	if _, err := j.Snapshot(context.Background(), SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if most < files/2 {
+		t.Fatalf("at most %d records waited in the journal during the commit of %d files", most, files)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d records left in the journal after the commit", n)
+	}
+	verify(t, j, files, "")
+}
