@@ -44,19 +44,7 @@ func TestWaitWriteback(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &slowWrites{FS: New(j, Options{NoPassthrough: true}), delay: 100 * time.Millisecond}
-	dir := t.TempDir()
-	srv, err := mount(dir, s, s.FS.opts, "cairn-test")
-	if err != nil {
-		j.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-		srv.Wait()
-		j.Close()
-	})
+	dir, _ := mountRaw(t, s, s.FS.opts, j)
 	if got := s.KernelMayHoldWrites(); len(got) != 0 {
 		t.Fatalf("KernelMayHoldWrites with nothing open: %v", got)
 	}

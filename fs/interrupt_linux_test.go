@@ -62,19 +62,7 @@ func TestTransport_Interrupt(t *testing.T) {
 			}
 			opts := Options{Transport: transport}
 			b := &blockingLookup{FS: New(j, opts), entered: make(chan struct{}, 1), interrupted: make(chan bool, 1)}
-			dir := t.TempDir()
-			srv, err := mount(dir, b, b.FS.opts, "cairn-test")
-			if err != nil {
-				j.Close()
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := srv.Unmount(); err != nil {
-					t.Errorf("unmount: %v", err)
-				}
-				srv.Wait()
-				j.Close()
-			})
+			dir, srv := mountRaw(t, b, b.FS.opts, j)
 			if want := map[Transport]string{TransportDev: TransportNameDev, TransportURing: TransportNameURing}[transport]; srv.Transport() != want {
 				t.Fatalf("transport %s, want %s", srv.Transport(), want)
 			}

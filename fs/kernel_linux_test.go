@@ -123,19 +123,7 @@ func TestKernelHeaders(t *testing.T) {
 			}
 			opts := Options{IDMap: idmap, NoPassthrough: true}
 			l := &headerLog{FS: New(j, opts), seen: map[string]fuse.InHeader{}}
-			dir := t.TempDir()
-			srv, err := mount(dir, l, l.FS.opts, "cairn-test")
-			if err != nil {
-				j.Close()
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := srv.Unmount(); err != nil {
-					t.Errorf("unmount: %v", err)
-				}
-				srv.Wait()
-				j.Close()
-			})
+			dir, srv := mountRaw(t, l, l.FS.opts, j)
 			offered := srv.KernelSettings().Flags64()&fuse.CAP_ALLOW_IDMAP != 0
 			if idmap && !offered {
 				needKernel(t, "FUSE_ALLOW_IDMAP (Linux 6.12)")

@@ -116,7 +116,7 @@ func verify(t *testing.T, j *Journal, files int, extra string) {
 }
 
 // keys counts the current epoch's keys of one kind ('d' dentries, 'p'
-// links, 'i' inodes).
+// links, 'i' inodes, 'U' a commit's records to save).
 func keys(t *testing.T, j *Journal, kind byte) int {
 	t.Helper()
 	n := 0
@@ -281,21 +281,7 @@ func TestCommit_UpdatesWaitInTheJournal(t *testing.T) {
 	j := e.open("ws", t.TempDir())
 	defer j.Close()
 	fill(t, j, files)
-	count := func() int {
-		n := 0
-		err := j.db.View(func(txn *metalog.Txn) error {
-			it := txn.NewIterator(metalog.IteratorOptions{Prefix: updatePrefix(j.m.Epoch)})
-			defer it.Close()
-			for it.Rewind(); it.Valid(); it.Next() {
-				n++
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func() int { return keys(t, j, 'U') }
 	most := 0
 	splitCommitted = func(int) error {
 		most = max(most, count())
