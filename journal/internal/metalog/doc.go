@@ -17,12 +17,18 @@
 //
 // When the active memtable passes its size (Options.MemtableBytes), it is
 // frozen and a new segment starts; a background goroutine writes each frozen
-// memtable to Badger in one write batch, records the last sequence number it
-// holds (the checkpoint) in Badger, syncs Badger and only then deletes the
+// memtable's newest versions to Badger together with the last sequence
+// number it holds (the checkpoint), in one Badger transaction when they fit
+// (atomic in Badger's write-ahead log), and only then deletes the
 // memtable's segment. Badger therefore holds every record up to the
-// checkpoint, and the segments hold every record after it. A full backlog
-// (Options.MaxFrozen frozen memtables) makes Commit wait for the
-// checkpointer, which bounds memory and the log on disk.
+// checkpoint, and the segments hold every record after it. Badger is synced
+// before the segment goes when that segment was synced (an fsync promised
+// its records) or the table took several transactions; otherwise the next
+// Sync syncs Badger, so that power loss leaves Badger at this checkpoint or
+// an earlier one, never between. A full backlog (Options.MaxFrozen frozen
+// memtables) makes Commit wait for the checkpointer, which bounds memory and
+// the log on disk; a checkpointer that cannot write (Options.CheckpointGate:
+// the journal's full-disk guard) makes Commit fail with its error then.
 //
 // # Recovery
 //
