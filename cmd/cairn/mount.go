@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
 	"runtime/trace"
@@ -267,6 +268,7 @@ func serveForeground(ctx context.Context, opts mountOptions) error {
 			io.WriteString(pipe, "ok\n")
 		}
 	}
+	setDaemonMemoryLimit()
 	if path := os.Getenv("CAIRN_CPUPROFILE"); path != "" { // for developers: profile the daemon
 		f, err := os.Create(path)
 		if err != nil {
@@ -341,4 +343,18 @@ func watchHeapPeak(path string) (stop func()) {
 		}
 	}()
 	return func() { close(done); <-ended }
+}
+
+// daemonMemoryLimit is the daemon's soft limit for Go's memory (unless
+// GOMEMLIMIT sets another): past it the collector runs more often instead
+// of letting the heap grow to twice what is live. A snapshot of 100k new
+// files and 3 GiB with 8 writers at work peaked at 0.9-1.0 GiB of anonymous
+// memory without it and 0.49 GiB with it, in the same time (fsbench -only
+// memory). It is soft: a daemon that needs more gets more.
+const daemonMemoryLimit = 512 << 20
+
+func setDaemonMemoryLimit() {
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok {
+		debug.SetMemoryLimit(daemonMemoryLimit)
+	}
 }
