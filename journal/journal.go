@@ -69,6 +69,10 @@ type Journal struct {
 	mu      sync.Mutex
 	cut     *cutState // the running snapshot's cut (cut.go), under mu
 	cutCond sync.Cond // on mu: a frozen file was read, or the cut ended
+	// staleUpdates: a commit's spilled records (updateKey) may be left in
+	// the journal (one did not finish, or the journal just opened); the
+	// next commit drops them first. Under snapMu.
+	staleUpdates bool
 	closed  bool
 	m       meta
 	staging string          // staging directory of the current epoch
@@ -184,7 +188,7 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal metadata in %s: %w", cfg.Dir, err)
 	}
-	j := &Journal{cfg: cfg, db: db, store: cfg.Store, files: make(map[Ino]File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache(), trimmed: make(map[Ino]struct{}),
+	j := &Journal{cfg: cfg, db: db, staleUpdates: true, store: cfg.Store, files: make(map[Ino]File), loadedDirs: make(map[Ino]struct{}), cache: newInodeCache(), trimmed: make(map[Ino]struct{}),
 		opens: make(map[Ino]int), writers: make(map[Ino]*writerState), space: sp}
 	j.cutCond.L = &j.mu
 	if err := sp.refresh(); err != nil {

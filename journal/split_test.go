@@ -272,9 +272,9 @@ func TestSplit_SnapshotCutShort(t *testing.T) {
 	}
 }
 
-// TestCommit_UpdatesWaitInTheJournal: the records a commit saves once its
-// snapshot is the head wait in the journal while it runs (spill), not in
-// memory, and none are left after it.
+// TestCommit_UpdatesWaitInTheJournal: the records a big commit saves once
+// its snapshot is the head wait in the journal while it runs (spill), not
+// in memory, and none are left after it.
 func TestCommit_UpdatesWaitInTheJournal(t *testing.T) {
 	const files = 1500 // 6 MB of inline content: several spills
 	e := newSplitEnv(t)
@@ -291,7 +291,9 @@ func TestCommit_UpdatesWaitInTheJournal(t *testing.T) {
 	if _, err := j.Snapshot(context.Background(), SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if most < files/2 {
+	// More than one spill's worth was in the journal at once (what is
+	// applied is deleted as it goes, so not all of them).
+	if most*4000 <= spillBytes {
 		t.Fatalf("at most %d records waited in the journal during the commit of %d files", most, files)
 	}
 	if n := count(); n != 0 {
