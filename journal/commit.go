@@ -473,7 +473,7 @@ func (j *Journal) buildSnapshot(ctx context.Context, opts SnapshotOptions, cut *
 	if err == nil {
 		rootTree, err = c.dir(root, "")
 	}
-	c.walked() // and what operations read for it is in c.files too
+	c.walked()                 // and what operations read for it is in c.files too
 	j.staleUpdates = c.spilled // until saveUpdates has them all
 	if err == nil {
 		err = c.failed()

@@ -73,11 +73,11 @@ type Journal struct {
 	// the journal (one did not finish, or the journal just opened); the
 	// next commit drops them first. Under snapMu.
 	staleUpdates bool
-	closed  bool
-	m       meta
-	staging string          // staging directory of the current epoch
-	ref     *chunkstore.Ref // the workspace's ref as last read or written; nil: none yet
-	files   map[Ino]File    // open staging files
+	closed       bool
+	m            meta
+	staging      string          // staging directory of the current epoch
+	ref          *chunkstore.Ref // the workspace's ref as last read or written; nil: none yet
+	files        map[Ino]File    // open staging files
 
 	loadedDirs map[Ino]struct{}     // directories known to be loaded in this epoch
 	bg         sync.WaitGroup       // background cleanup (dropEpochLater)
