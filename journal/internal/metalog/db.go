@@ -362,17 +362,26 @@ func (db *DB) checkpoint(m *memtable, gated bool) error {
 	return m.seg.remove()
 }
 
+// writeTable sets or deletes the newest version of each key of m in w (a
+// Badger transaction or write batch).
+func writeTable(m *memtable, w interface {
+	Set(key, val []byte) error
+	Delete(key []byte) error
+}) error {
+	return m.newest(func(e entry) error {
+		if e.del {
+			return w.Delete(e.key)
+		}
+		return w.Set(e.key, e.val)
+	})
+}
+
 // writeOneTxn writes m and the checkpoint mark in one Badger transaction;
 // false (nothing written) if they do not fit in one.
 func (db *DB) writeOneTxn(m *memtable, mark []byte) (bool, error) {
 	txn := db.bdb.NewTransaction(true)
 	defer txn.Discard()
-	err := m.newest(func(e entry) error {
-		if e.del {
-			return txn.Delete(e.key)
-		}
-		return txn.Set(e.key, e.val)
-	})
+	err := writeTable(m, txn)
 	if err == nil {
 		err = txn.Set(checkpointKey, mark)
 	}
@@ -391,20 +400,14 @@ func (db *DB) writeOneTxn(m *memtable, mark []byte) (bool, error) {
 // writeBatch writes m in a write batch, then the checkpoint mark.
 func (db *DB) writeBatch(m *memtable, mark []byte) error {
 	wb := db.bdb.NewWriteBatch()
-	err := m.newest(func(e entry) error {
-		if e.del {
-			return wb.Delete(e.key)
-		}
-		return wb.Set(e.key, e.val)
-	})
-	if err != nil {
+	if err := writeTable(m, wb); err != nil {
 		wb.Cancel()
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	if err := wb.Flush(); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
-	err = db.bdb.Update(func(txn *badger.Txn) error { return txn.Set(checkpointKey, mark) })
+	err := db.bdb.Update(func(txn *badger.Txn) error { return txn.Set(checkpointKey, mark) })
 	if err != nil {
 		return fmt.Errorf("record checkpoint: %w", err)
 	}

@@ -504,3 +504,51 @@ func TestSyncCoversCheckpoints(t *testing.T) {
 		t.Fatalf("state %v", got)
 	}
 }
+
+// TestCheckpointTooBigForOneTxn: a table more than one Badger transaction
+// holds goes in a write batch, Badger synced before its segment goes, and
+// reads back after a reopen.
+func TestCheckpointTooBigForOneTxn(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions(dir)
+	opts.MemtableBytes = 1 << 30 // one table for everything below
+	db := open(t, opts)
+	want := map[string]string{}
+	perTxn := int(db.MaxBatchCount()) / 2
+	for round := range 4 {
+		err := db.Update(func(txn *Txn) error {
+			for i := range perTxn {
+				k, v := fmt.Sprintf("k%d-%06d", round, i), fmt.Sprintf("v%d", i)
+				want[k] = v
+				if err := txn.Set([]byte(k), []byte(v)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := db.mems[0]
+	if atomic, err := db.writeOneTxn(m, []byte("12345678")); err != nil || atomic {
+		t.Fatalf("a table of %d keys fit one transaction (%v): the test needs a bigger one", len(want), err)
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	db.segMu.Lock()
+	unsynced := db.unsynced
+	db.segMu.Unlock()
+	if unsynced {
+		t.Fatal("a checkpoint in several transactions left Badger unsynced")
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = open(t, opts)
+	defer db.Close()
+	if got := state(t, db); !maps.Equal(got, want) {
+		t.Fatalf("after the checkpoint and a reopen: %d keys, want %d", len(got), len(want))
+	}
+}
