@@ -126,7 +126,7 @@ func (c *committer) update(up *inode) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.updates = append(c.updates, up)
-	c.upBytes += len(up.Inline) + 128
+	c.upBytes += up.sizeHint() + 20 // and its key
 	if c.upBytes >= spillBytes {
 		c.spillLocked()
 	}
@@ -140,16 +140,22 @@ func (c *committer) spillLocked() {
 		c.updates, c.upBytes = c.updates[:0], 0
 		return
 	}
+	// A write batch: records of big files (long chunk lists) may pass a
+	// transaction's limit, and these need not be atomic (a commit that
+	// does not finish has its spilled records dropped, staleUpdates).
 	err := c.j.space.check(uint64(c.upBytes), true)
 	if err == nil {
-		err = c.j.db.Update(func(txn *metalog.Txn) error {
-			for _, up := range c.updates {
-				if err := txn.Set(updateKey(c.epoch, up.Ino), up.encode()); err != nil {
-					return err
-				}
+		wb := c.j.db.NewWriteBatch()
+		for _, up := range c.updates {
+			if err = wb.Set(updateKey(c.epoch, up.Ino), up.encode()); err != nil {
+				break
 			}
-			return nil
-		})
+		}
+		if err == nil {
+			err = wb.Flush()
+		} else {
+			wb.Cancel()
+		}
 	}
 	if err != nil {
 		c.err = fmt.Errorf("keep the records of the snapshot: %w", err)

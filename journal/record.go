@@ -46,8 +46,14 @@ const (
 //	| dir: tree [32]  | symlink: target (uv len + bytes)
 //	| regular: inline (uv len + bytes) | chunks (uv n, n x ([32] id, uv size))
 //	|          lists (uv n, n x ([32] id, uv size, uv count))
+//
+// sizeHint is about the size of n's encoding (never much less).
+func (n *inode) sizeHint() int {
+	return 64 + len(n.Inline) + len(n.Target) + len(n.Chunks)*40 + len(n.ChunkLists)*44
+}
+
 func (n *inode) encode() []byte {
-	b := make([]byte, 0, 64+len(n.Inline)+len(n.Target)+len(n.Chunks)*40+len(n.ChunkLists)*44)
+	b := make([]byte, 0, n.sizeHint())
 	var flags byte
 	if n.Loaded {
 		flags |= flagLoaded
