@@ -63,6 +63,10 @@ type DB struct {
 	mems []*memtable // newest first: mems[0] is the active memtable
 	seq  uint64      // sequence number of the last committed record
 
+	// ckRun is held while the checkpointer writes a table (tests hold it
+	// to copy a consistent image of the store).
+	ckRun sync.Mutex
+
 	// ckMu guards the checkpointer's state; progress is closed (and
 	// replaced) whenever a checkpoint finishes or fails.
 	ckMu     sync.Mutex
@@ -293,7 +297,9 @@ func (db *DB) checkpointer() {
 			if m == nil {
 				break
 			}
+			db.ckRun.Lock()
 			err := db.checkpoint(m, true)
+			db.ckRun.Unlock()
 			db.notify(err)
 			if err != nil {
 				db.opts.Logf("metadata checkpoint: %v (retrying)", err)
